@@ -1,0 +1,1 @@
+"""labml_txl: Transformer-XL and Transformer configurations in the style of labml."""

@@ -1,0 +1,25 @@
+"""Packaging for labml_txl: Transformer-XL and Transformer configurations on labml."""
+from pathlib import Path
+
+import setuptools
+
+README = Path(__file__).parent / 'README.md'
+
+setuptools.setup(
+    name='labml_txl',
+    version='0.1.0',
+    description='Transformer-XL and Transformer configurations in the style of labml',
+    long_description=README.read_text(encoding='utf-8') if README.exists() else '',
+    long_description_content_type='text/markdown',
+    packages=setuptools.find_packages(include=['labml_txl', 'labml_txl.*']),
+    package_data={'labml_txl': ['data/*.gz']},
+    python_requires='>=3.9',
+    # torch 2.13.0 satisfies this range, so a machine that has it installs no other build.
+    install_requires=['torch>=2.1', 'labml>=0.5.3', 'labml-helpers>=0.4.89'],
+    extras_require={
+        # labml-nn declares torchvision, torchtext and fairscale, which pull a multi-GB CUDA torch;
+        # its transformer modules need only torch and labml, so `make test` installs it with --no-deps.
+        'test': ['pytest>=7'],
+        'dashboard': ['labml-app>=0.5.14'],
+    },
+)

@@ -1,0 +1,80 @@
+"""MultiHeadAttention: the fused and explicit paths against each other and against a per-head loop."""
+import math
+
+import pytest
+import torch
+
+from labml_txl.attention_mask import subsequent_mask
+from labml_txl.mha import MultiHeadAttention
+
+
+def naive_attention(mha: MultiHeadAttention, query, key, value, mask):
+    """Each batch element and head on its own, softmax over allowed keys only."""
+    seq_q, batch, d_model = query.shape
+    out = torch.zeros(seq_q, batch, d_model)
+    for b in range(batch):
+        q = mha.query(query[:, b])
+        k = mha.key(key[:, b])
+        v = mha.value(value[:, b])
+        heads = []
+        for h in range(mha.heads):
+            cols = slice(h * mha.d_k, (h + 1) * mha.d_k)
+            scores = q[:, cols] @ k[:, cols].T / math.sqrt(mha.d_k)
+            if mask is not None:
+                allowed = mask[:, :, min(b, mask.shape[2] - 1)].expand(seq_q, -1)
+                scores = scores.masked_fill(~allowed, float('-inf'))
+            heads.append(torch.softmax(scores, dim=-1) @ v[:, cols])
+        out[:, b] = mha.output(torch.cat(heads, dim=-1))
+    return out
+
+
+def padding_and_causal_mask(seq_len, lengths):
+    """Causal, and keys past each sequence's length masked: `[seq, seq, batch]`."""
+    keys_present = torch.arange(seq_len)[:, None] < torch.tensor(lengths)[None, :]
+    return subsequent_mask(seq_len) & keys_present[None, :, :]
+
+
+@pytest.mark.parametrize('mask_kind', ['none', 'causal', 'padding'])
+def test_both_paths_match_a_naive_loop(mask_kind):
+    mha = MultiHeadAttention(4, 32, dropout_prob=0.0).eval()
+    x = torch.randn(7, 3, 32)
+    mask = {'none': None, 'causal': subsequent_mask(7), 'padding': padding_and_causal_mask(7, [7, 5, 2])}[mask_kind]
+    expected = naive_attention(mha, x, x, x, mask)
+    fused = mha(query=x, key=x, value=x, mask=mask)
+    explicit, weights = mha(query=x, key=x, value=x, mask=mask, need_weights=True)
+    torch.testing.assert_close(fused, expected, atol=1e-6, rtol=0)
+    torch.testing.assert_close(explicit, expected, atol=1e-6, rtol=0)
+    torch.testing.assert_close(fused, explicit, atol=1e-6, rtol=0)
+    # Weights `[seq_q, seq_k, batch, heads]` are distributions over the keys, zero where masked
+    assert weights.shape == (7, 7, 3, 4)
+    torch.testing.assert_close(weights.sum(dim=1), torch.ones(7, 3, 4))
+    if mask is not None:
+        assert (weights[~mask.expand(7, 7, 3)] == 0).all()
+
+
+def test_cross_attention_with_key_padding_broadcast_over_queries():
+    mha = MultiHeadAttention(2, 8, dropout_prob=0.0).eval()
+    query, memory = torch.randn(3, 2, 8), torch.randn(5, 2, 8)
+    mask = (torch.arange(5)[:, None] < torch.tensor([5, 3])[None, :]).unsqueeze(0)  # [1, seq_k, batch]
+    torch.testing.assert_close(mha(query=query, key=memory, value=memory, mask=mask),
+                               naive_attention(mha, query, memory, memory, mask), atol=1e-6, rtol=0)
+
+
+def test_d_model_not_divisible_by_heads_names_both_and_the_accepted_heads():
+    with pytest.raises(ValueError, match=r"d_model=30 is not divisible by heads=4.*\[1, 2, 3, 5, 6, 10, 15, 30\]"):
+        MultiHeadAttention(4, 30)
+
+
+@pytest.mark.parametrize('shape', [(5, 5, 2), (5, 4, 1), (5, 5)])
+def test_mask_of_the_wrong_shape_is_rejected_with_the_expected_shape(shape):
+    mha = MultiHeadAttention(2, 8)
+    x = torch.randn(5, 3, 8)
+    with pytest.raises(ValueError, match=r"mask of shape .* is not accepted: expected .*\[5 or 1, 5, 3 or 1\]"):
+        mha(query=x, key=x, value=x, mask=torch.ones(shape, dtype=torch.bool))
+
+
+def test_mask_of_the_wrong_dtype_is_rejected():
+    mha = MultiHeadAttention(2, 8)
+    x = torch.randn(5, 3, 8)
+    with pytest.raises(TypeError, match='must be torch.bool'):
+        mha(query=x, key=x, value=x, mask=torch.ones(5, 5, 1))
