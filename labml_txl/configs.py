@@ -1,0 +1,241 @@
+r"""
+# Configurable Transformer components
+
+labml configs: each item is computed lazily by the option chosen for it, so an experiment builds only the
+modules it uses. Item names, option names and defaults are those of labml_nn's `transformers/configs.py`, so an
+override dictionary written for it (`'transformer.ffn.glu_variant': 'SwiGLU'`, `'transformer.d_model': 256`, ...)
+works here unchanged. Overrides are checked when they are given (see `config_validation.py`).
+
+`docs/options.md` lists every item and option; it is generated from the registrations below by
+`python -m labml_txl.options_doc`.
+"""
+import copy
+
+from labml.configs import aggregate, calculate, option
+from torch import nn
+
+from .config_validation import ValidatedConfigs
+from .feed_forward import FeedForward
+from .mha import MultiHeadAttention
+from .models import (Decoder, Encoder, EncoderDecoder, EmbeddingsWithLearnedPositionalEncoding,
+                     EmbeddingsWithPositionalEncoding, Generator, TransformerLayer)
+
+
+class FeedForwardConfigs(ValidatedConfigs):
+    """
+    Configurations of the position-wise feed-forward layer (`feed_forward.py`).
+    """
+    # The position-wise feed-forward layer
+    ffn: FeedForward
+    # Number of features of the embedding
+    d_model: int
+    # Number of features of the hidden layer
+    d_ff: int = 2048
+    # Dropout probability on the hidden layer
+    dropout: float = 0.1
+    # Activation of the hidden layer
+    activation: nn.Module = 'ReLU'
+    # Whether the hidden layer is gated
+    is_gated: bool = False
+    # Whether the first fully connected layer has a bias
+    bias1: bool = True
+    # Whether the second fully connected layer has a bias
+    bias2: bool = True
+    # Whether the gate's fully connected layer has a bias
+    bias_gate: bool = False
+    # A predefined GLU variant: sets `is_gated`, the biases and the activation together
+    glu_variant: str = 'none'
+
+
+@option(FeedForwardConfigs.activation, 'ReLU')
+def _ffn_activation_relu():
+    r"""$\max(0, x)$"""
+    return nn.ReLU()
+
+
+@option(FeedForwardConfigs.activation, 'GELU')
+def _ffn_activation_gelu():
+    r"""$x \Phi(x)$, where $\Phi(x) = P(X \le x), X \sim \mathcal{N}(0,1)$ (*Gaussian Error Linear Units*)"""
+    return nn.GELU()
+
+
+@option(FeedForwardConfigs.activation, 'SiLU')
+def _ffn_activation_silu():
+    r"""$x \sigma(x)$ (Swish with $\beta = 1$)"""
+    return nn.SiLU()
+
+
+@option(FeedForwardConfigs.ffn, 'default')
+def _feed_forward(c: FeedForwardConfigs):
+    """The feed-forward layer from the items above"""
+    return FeedForward(c.d_model, c.d_ff, dropout=c.dropout, activation=c.activation, is_gated=c.is_gated,
+                       bias1=c.bias1, bias2=c.bias2, bias_gate=c.bias_gate)
+
+
+# ## GLU variants
+#
+# From *GLU Variants Improve Transformer*: the hidden layer is gated, without biases, as the paper has it.
+
+def _glu_variant(name: str, activation: nn.Module):
+    aggregate(FeedForwardConfigs.glu_variant, name,
+              (FeedForwardConfigs.is_gated, True),
+              (FeedForwardConfigs.bias1, False),
+              (FeedForwardConfigs.bias2, False),
+              (FeedForwardConfigs.bias_gate, False),
+              (FeedForwardConfigs.activation, activation))
+
+
+# $FFN_{GLU}(x) = (\sigma(x W_1) \otimes x V) W_2$
+_glu_variant('GLU', nn.Sigmoid())
+# $FFN_{Bilinear}(x) = (x W_1 \otimes x V) W_2$
+_glu_variant('Bilinear', nn.Identity())
+# $FFN_{ReGLU}(x) = (\max(0, x W_1) \otimes x V) W_2$
+_glu_variant('ReGLU', nn.ReLU())
+# $FFN_{GEGLU}(x) = (\mathop{GELU}(x W_1) \otimes x V) W_2$
+_glu_variant('GEGLU', nn.GELU())
+# $FFN_{SwiGLU}(x) = (\mathop{Swish}_1(x W_1) \otimes x V) W_2$, $\mathop{Swish}_\beta(x) = x \sigma(\beta x)$
+_glu_variant('SwiGLU', nn.SiLU())
+
+
+class TransformerConfigs(ValidatedConfigs):
+    """
+    Configurations of an encoder-decoder Transformer (`models.py`). Every module is computed on first use only.
+    """
+    # Number of attention heads
+    n_heads: int = 8
+    # Transformer embedding size
+    d_model: int = 512
+    # Number of layers
+    n_layers: int = 6
+    # Dropout probability
+    dropout: float = 0.1
+    # Number of tokens in the source vocabulary (for token embeddings)
+    n_src_vocab: int
+    # Number of tokens in the target vocabulary (for the logits)
+    n_tgt_vocab: int
+    # Pre-norm $x + f(LN(x))$ when True (labml_nn's placement), post-norm $LN(x + f(x))$ when False
+    norm_first: bool = True
+
+    # Encoder self-attention
+    encoder_attn: MultiHeadAttention = 'mha'
+    # Decoder self-attention
+    decoder_attn: MultiHeadAttention = 'mha'
+    # Decoder attention to the encoder output
+    decoder_mem_attn: MultiHeadAttention = 'mha'
+
+    # Configurable feed-forward layer
+    ffn: FeedForwardConfigs
+
+    # Encoder layer
+    encoder_layer: TransformerLayer = 'default'
+    # Decoder layer
+    decoder_layer: TransformerLayer = 'default'
+
+    # Encoder: a stack of encoder layers
+    encoder: Encoder = 'default'
+    # Decoder: a stack of decoder layers
+    decoder: Decoder = 'default'
+
+    # Embedding layer of the source
+    src_embed: nn.Module = 'fixed_pos'
+    # Embedding layer of the target (for the decoder)
+    tgt_embed: nn.Module = 'fixed_pos'
+
+    # Logit generator for the prediction
+    generator: Generator = 'default'
+
+    # Encoder-decoder
+    encoder_decoder: EncoderDecoder
+
+
+def _mha(c: TransformerConfigs):
+    """Multi-head attention with absolute positions (`mha.py`)"""
+    return MultiHeadAttention(c.n_heads, c.d_model, dropout_prob=c.dropout)
+
+
+calculate(TransformerConfigs.encoder_attn, 'mha', _mha)
+calculate(TransformerConfigs.decoder_attn, 'mha', _mha)
+calculate(TransformerConfigs.decoder_mem_attn, 'mha', _mha)
+
+
+@option(TransformerConfigs.ffn, 'default')
+def _feed_forward_configs(c: TransformerConfigs):
+    """Feed-forward configs that take `d_model` and `dropout` from the Transformer's"""
+    conf = FeedForwardConfigs()
+    conf.set_default(FeedForwardConfigs.d_model, func=lambda: c.d_model)
+    conf.set_default(FeedForwardConfigs.dropout, func=lambda: c.dropout)
+    return conf
+
+
+@option(TransformerConfigs.encoder_layer, 'default')
+def _encoder_layer(c: TransformerConfigs):
+    """Encoder layer: self-attention and a copy of the feed-forward layer"""
+    return TransformerLayer(d_model=c.d_model, self_attn=c.encoder_attn, src_attn=None,
+                            feed_forward=copy.deepcopy(c.ffn.ffn), dropout_prob=c.dropout, norm_first=c.norm_first)
+
+
+@option(TransformerConfigs.decoder_layer, 'default')
+def _decoder_layer(c: TransformerConfigs):
+    """Decoder layer: self-attention, attention to the encoder output and a copy of the feed-forward layer"""
+    return TransformerLayer(d_model=c.d_model, self_attn=c.decoder_attn, src_attn=c.decoder_mem_attn,
+                            feed_forward=copy.deepcopy(c.ffn.ffn), dropout_prob=c.dropout, norm_first=c.norm_first)
+
+
+@option(TransformerConfigs.encoder, 'default')
+def _encoder(c: TransformerConfigs):
+    """`n_layers` encoder layers and a final norm"""
+    return Encoder(c.encoder_layer, c.n_layers)
+
+
+@option(TransformerConfigs.decoder, 'default')
+def _decoder(c: TransformerConfigs):
+    """`n_layers` decoder layers and a final norm"""
+    return Decoder(c.decoder_layer, c.n_layers)
+
+
+@option(TransformerConfigs.generator, 'default')
+def _generator(c: TransformerConfigs):
+    """A linear projection to `n_tgt_vocab` logits"""
+    return Generator(c.n_tgt_vocab, c.d_model)
+
+
+@option(TransformerConfigs.src_embed, 'fixed_pos')
+def _src_embed_with_positional(c: TransformerConfigs):
+    """Source embeddings with fixed sinusoidal positions"""
+    return EmbeddingsWithPositionalEncoding(c.d_model, c.n_src_vocab)
+
+
+@option(TransformerConfigs.tgt_embed, 'fixed_pos')
+def _tgt_embed_with_positional(c: TransformerConfigs):
+    """Target embeddings with fixed sinusoidal positions"""
+    return EmbeddingsWithPositionalEncoding(c.d_model, c.n_tgt_vocab)
+
+
+@option(TransformerConfigs.src_embed, 'learned_pos')
+def _src_embed_with_learned_positional(c: TransformerConfigs):
+    """Source embeddings with learned positions"""
+    return EmbeddingsWithLearnedPositionalEncoding(c.d_model, c.n_src_vocab)
+
+
+@option(TransformerConfigs.tgt_embed, 'learned_pos')
+def _tgt_embed_with_learned_positional(c: TransformerConfigs):
+    """Target embeddings with learned positions"""
+    return EmbeddingsWithLearnedPositionalEncoding(c.d_model, c.n_tgt_vocab)
+
+
+@option(TransformerConfigs.src_embed, 'no_pos')
+def _src_embed_without_positional(c: TransformerConfigs):
+    """Source token embeddings without positions"""
+    return nn.Embedding(c.n_src_vocab, c.d_model)
+
+
+@option(TransformerConfigs.tgt_embed, 'no_pos')
+def _tgt_embed_without_positional(c: TransformerConfigs):
+    """Target token embeddings without positions"""
+    return nn.Embedding(c.n_tgt_vocab, c.d_model)
+
+
+@option(TransformerConfigs.encoder_decoder, 'default')
+def _encoder_decoder(c: TransformerConfigs):
+    """The encoder-decoder of the modules above"""
+    return EncoderDecoder(c.encoder, c.decoder, c.src_embed, c.tgt_embed, c.generator)

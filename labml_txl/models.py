@@ -1,0 +1,248 @@
+r"""
+# Transformer encoder and decoder
+
+The model of *Attention Is All You Need* assembled from this package's attention and feed-forward modules:
+token embeddings with positions, a stack of layers, and a generator that maps the output to logits.
+
+Each sub-layer is wrapped in a residual connection with layer normalisation, placed either before the
+sub-layer (pre-norm, $x + f(\mathop{LN}(x))$, the default as in labml_nn) or after the residual sum
+(post-norm, $\mathop{LN}(x + f(x))$, the paper's placement). `norm_first` chooses, as in `torch.nn.Transformer`.
+"""
+import copy
+import math
+from typing import Optional
+
+import torch
+from torch import nn
+
+from .errors import require_positive_int
+from .feed_forward import FeedForward
+from .positional_encoding import get_positional_encoding
+
+
+class _TokenEmbeddings(nn.Module):
+    """Token embeddings scaled by $\\sqrt{d_{model}}$ plus a positional table `positional_encodings`."""
+    positional_encodings: torch.Tensor
+
+    def __init__(self, d_model: int, n_vocab: int, max_len: int):
+        super().__init__()
+        require_positive_int('n_vocab', n_vocab)
+        self.linear = nn.Embedding(n_vocab, d_model)
+        self.d_model = d_model
+        self.n_vocab = n_vocab
+        self.max_len = max_len
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] > self.max_len:
+            raise ValueError(f"a sequence of length {x.shape[0]} is not accepted: this embedding has positions "
+                             f"for at most max_len={self.max_len}; build it with a larger max_len")
+        # $\sqrt{d_{model}} \, E[x] + PE_{pos}$
+        return self.linear(x) * math.sqrt(self.d_model) + self.positional_encodings[:x.shape[0]]
+
+
+class EmbeddingsWithPositionalEncoding(_TokenEmbeddings):
+    """
+    Token embeddings with the fixed sinusoidal positional encodings.
+
+    Args:
+        d_model: embedding size; even, for the sinusoidal table.
+        n_vocab: vocabulary size.
+        max_len: the longest sequence it accepts.
+
+    Shape:
+        input token ids `[seq_len, batch]`, output `[seq_len, batch, d_model]`.
+    """
+
+    def __init__(self, d_model: int, n_vocab: int, max_len: int = 5000):
+        super().__init__(d_model, n_vocab, max_len)
+        self.register_buffer('positional_encodings', get_positional_encoding(d_model, max_len), persistent=False)
+
+
+class EmbeddingsWithLearnedPositionalEncoding(_TokenEmbeddings):
+    """
+    Token embeddings with learned positional encodings (initialised to zero).
+
+    Args:
+        d_model: embedding size.
+        n_vocab: vocabulary size.
+        max_len: the longest sequence it accepts.
+
+    Shape:
+        input token ids `[seq_len, batch]`, output `[seq_len, batch, d_model]`.
+    """
+
+    def __init__(self, d_model: int, n_vocab: int, max_len: int = 5000):
+        super().__init__(d_model, n_vocab, max_len)
+        require_positive_int('d_model', d_model)
+        require_positive_int('max_len', max_len)
+        self.positional_encodings = nn.Parameter(torch.zeros(max_len, 1, d_model))
+
+
+class TransformerLayer(nn.Module):
+    """
+    An encoder layer (self-attention and feed-forward) or, given `src_attn`, a decoder layer
+    (self-attention, attention to the encoder's output, feed-forward).
+
+    Args:
+        d_model: number of features.
+        self_attn: the self-attention module, called as `self_attn(query=, key=, value=, mask=)`.
+        src_attn: the attention to the encoder output, for a decoder layer; `None` for an encoder layer.
+        feed_forward: the position-wise feed-forward module.
+        dropout_prob: dropout on each sub-layer's output before the residual sum.
+        norm_first: pre-norm $x + f(\\mathop{LN}(x))$ when True (default), post-norm $\\mathop{LN}(x + f(x))$ when False.
+        layer_norm_eps: the $\\epsilon$ of the layer norms.
+
+    Shape:
+        `x` `[seq_len, batch, d_model]`, `mask` `[seq_len or 1, seq_len, batch or 1]`,
+        `src` `[src_len, batch, d_model]`, `src_mask` `[seq_len or 1, src_len, batch or 1]`; output as `x`.
+    """
+
+    def __init__(self, *, d_model: int, self_attn: nn.Module, src_attn: Optional[nn.Module] = None,
+                 feed_forward: nn.Module, dropout_prob: float, norm_first: bool = True,
+                 layer_norm_eps: float = 1e-5):
+        super().__init__()
+        require_positive_int('d_model', d_model)
+        self.size = d_model
+        self.self_attn = self_attn
+        self.src_attn = src_attn
+        self.feed_forward = feed_forward
+        self.dropout = nn.Dropout(dropout_prob)
+        self.norm_first = norm_first
+        self.norm_self_attn = nn.LayerNorm([d_model], eps=layer_norm_eps)
+        if src_attn is not None:
+            self.norm_src_attn = nn.LayerNorm([d_model], eps=layer_norm_eps)
+        self.norm_ff = nn.LayerNorm([d_model], eps=layer_norm_eps)
+
+    def _residual(self, x: torch.Tensor, norm: nn.LayerNorm, sublayer) -> torch.Tensor:
+        if self.norm_first:
+            # $x + \mathop{Dropout}(f(\mathop{LN}(x)))$
+            return x + self.dropout(sublayer(norm(x)))
+        # $\mathop{LN}(x + \mathop{Dropout}(f(x)))$
+        return norm(x + self.dropout(sublayer(x)))
+
+    def forward(self, *, x: torch.Tensor, mask: Optional[torch.Tensor] = None,
+                src: Optional[torch.Tensor] = None, src_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        x = self._residual(x, self.norm_self_attn, lambda z: self.self_attn(query=z, key=z, value=z, mask=mask))
+        if src is not None:
+            if self.src_attn is None:
+                raise ValueError("src was given to an encoder layer (built with src_attn=None); "
+                                 "only a decoder layer attends to an encoder output")
+            x = self._residual(x, self.norm_src_attn,
+                               lambda z: self.src_attn(query=z, key=src, value=src, mask=src_mask))
+        return self._residual(x, self.norm_ff, self.feed_forward)
+
+
+def _clone_layers(layer: nn.Module, n_layers: int) -> nn.ModuleList:
+    require_positive_int('n_layers', n_layers)
+    return nn.ModuleList([copy.deepcopy(layer) for _ in range(n_layers)])
+
+
+class Encoder(nn.Module):
+    """
+    `n_layers` copies of an encoder `TransformerLayer`, then a final layer norm.
+
+    Args:
+        layer: the layer to copy.
+        n_layers: number of layers.
+        final_norm: whether to normalise the output (pre-norm stacks need it; `torch.nn.Transformer` always has it).
+        layer_norm_eps: the $\\epsilon$ of the final norm.
+
+    Shape:
+        `x` `[seq_len, batch, d_model]`, `mask` `[seq_len or 1, seq_len, batch or 1]`; output as `x`.
+    """
+
+    def __init__(self, layer: TransformerLayer, n_layers: int, final_norm: bool = True, layer_norm_eps: float = 1e-5):
+        super().__init__()
+        self.layers = _clone_layers(layer, n_layers)
+        self.norm = nn.LayerNorm([layer.size], eps=layer_norm_eps) if final_norm else nn.Identity()
+
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x=x, mask=mask)
+        return self.norm(x)
+
+
+class Decoder(nn.Module):
+    """
+    `n_layers` copies of a decoder `TransformerLayer`, then a final layer norm.
+
+    Args:
+        layer: the layer to copy (built with `src_attn`).
+        n_layers: number of layers.
+        final_norm: whether to normalise the output.
+        layer_norm_eps: the $\\epsilon$ of the final norm.
+
+    Shape:
+        `x` `[tgt_len, batch, d_model]`, `memory` `[src_len, batch, d_model]`,
+        `src_mask` `[tgt_len or 1, src_len, batch or 1]`, `tgt_mask` `[tgt_len or 1, tgt_len, batch or 1]`;
+        output as `x`.
+    """
+
+    def __init__(self, layer: TransformerLayer, n_layers: int, final_norm: bool = True, layer_norm_eps: float = 1e-5):
+        super().__init__()
+        if layer.src_attn is None:
+            raise ValueError("a Decoder needs decoder layers: the layer given has src_attn=None")
+        self.layers = _clone_layers(layer, n_layers)
+        self.norm = nn.LayerNorm([layer.size], eps=layer_norm_eps) if final_norm else nn.Identity()
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, src_mask: Optional[torch.Tensor] = None,
+                tgt_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x=x, mask=tgt_mask, src=memory, src_mask=src_mask)
+        return self.norm(x)
+
+
+class Generator(nn.Module):
+    """
+    The projection from `d_model` features to vocabulary logits (apply `log_softmax` or
+    `nn.CrossEntropyLoss` to them).
+
+    Shape:
+        input `[..., d_model]`, output `[..., n_vocab]`.
+    """
+
+    def __init__(self, n_vocab: int, d_model: int):
+        super().__init__()
+        require_positive_int('n_vocab', n_vocab)
+        self.projection = nn.Linear(d_model, n_vocab)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.projection(x)
+
+
+class EncoderDecoder(nn.Module):
+    """
+    The encoder-decoder Transformer: `decode(encode(src))`. Matrices are initialised Glorot-uniform.
+
+    Args:
+        encoder, decoder: the stacks.
+        src_embed, tgt_embed: embeddings of source and target tokens.
+        generator: maps decoder output to logits (not applied by `forward`).
+
+    Shape:
+        `src` `[src_len, batch]`, `tgt` `[tgt_len, batch]`, masks as in `Encoder` and `Decoder`;
+        output `[tgt_len, batch, d_model]`.
+    """
+
+    def __init__(self, encoder: Encoder, decoder: Decoder, src_embed: nn.Module, tgt_embed: nn.Module,
+                 generator: nn.Module):
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = decoder
+        self.src_embed = src_embed
+        self.tgt_embed = tgt_embed
+        self.generator = generator
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: Optional[torch.Tensor] = None,
+                tgt_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask)
+
+    def encode(self, src: torch.Tensor, src_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return self.encoder(self.src_embed(src), src_mask)
+
+    def decode(self, memory: torch.Tensor, src_mask: Optional[torch.Tensor], tgt: torch.Tensor,
+               tgt_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return self.decoder(self.tgt_embed(tgt), memory, src_mask, tgt_mask)

@@ -1,0 +1,171 @@
+"""TransformerConfigs: laziness, labml_nn's keys and overrides, and errors for bad overrides."""
+import pytest
+import torch
+from labml.configs import BaseConfigs
+from torch import nn
+
+import labml_txl.configs as configs_module
+from labml_txl.attention_mask import subsequent_mask
+from labml_txl.config_validation import ConfigKeyError, ConfigOptionError
+from labml_txl.configs import FeedForwardConfigs, TransformerConfigs
+
+
+class AutoregressiveConfigs(BaseConfigs):
+    """A user's experiment configs, as labml_nn's experiments write them: only the encoder is used."""
+    transformer: TransformerConfigs
+    n_tokens: int = 11
+
+    def logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        t = self.transformer
+        hidden = t.encoder(t.src_embed(tokens), subsequent_mask(tokens.shape[0]))
+        return t.generator(hidden)
+
+
+@pytest.fixture
+def construction_counts(monkeypatch):
+    """Count constructions of each module class that TransformerConfigs can build."""
+    counts = {}
+    for name in ('Encoder', 'Decoder', 'Generator', 'EncoderDecoder', 'EmbeddingsWithPositionalEncoding',
+                 'MultiHeadAttention', 'TransformerLayer', 'FeedForward'):
+        original = getattr(configs_module, name)
+
+        def counting(*args, _original=original, _name=name, **kwargs):
+            counts[_name] = counts.get(_name, 0) + 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(configs_module, name, counting)
+    return counts
+
+
+def test_only_the_modules_used_are_built(labml_experiment, construction_counts):
+    conf = AutoregressiveConfigs()
+    labml_experiment.configs(conf, {'transformer.n_src_vocab': 11, 'transformer.n_tgt_vocab': 11,
+                                    'transformer.d_model': 16, 'transformer.n_heads': 2,
+                                    'transformer.n_layers': 2, 'transformer.ffn.d_ff': 32})
+    assert construction_counts == {}, 'nothing is built before it is used'
+    encoder = conf.transformer.encoder
+    # One encoder from one encoder layer, built from one attention and one feed-forward; no decoder side
+    assert construction_counts == {'Encoder': 1, 'TransformerLayer': 1, 'MultiHeadAttention': 1, 'FeedForward': 1}
+    assert len(encoder.layers) == 2 and encoder.layers[0].src_attn is None
+    computed = conf.transformer._to_json()
+    for never_used in ('decoder', 'decoder_layer', 'decoder_attn', 'decoder_mem_attn', 'generator',
+                       'tgt_embed', 'src_embed', 'encoder_decoder'):
+        assert computed[never_used]['order'] == -1, never_used
+
+
+def test_the_whole_encoder_decoder_builds_every_module(labml_experiment, construction_counts):
+    conf = AutoregressiveConfigs()
+    labml_experiment.configs(conf, {'transformer.n_src_vocab': 7, 'transformer.n_tgt_vocab': 9,
+                                    'transformer.d_model': 8, 'transformer.n_heads': 2, 'transformer.n_layers': 1})
+    model = conf.transformer.encoder_decoder
+    assert construction_counts['Decoder'] == 1 and construction_counts['Generator'] == 1
+    # Encoder self-attention, decoder self-attention, decoder attention to the encoder
+    assert construction_counts['MultiHeadAttention'] == 3
+    src, tgt = torch.randint(7, (5, 2)), torch.randint(9, (4, 2))
+    out = model(src, tgt, None, subsequent_mask(4))
+    assert model.generator(out).shape == (4, 2, 9)
+
+
+def test_post_norm_item_reaches_the_layers(labml_experiment):
+    conf = AutoregressiveConfigs()
+    labml_experiment.configs(conf, {'transformer.norm_first': False, 'transformer.d_model': 8,
+                                    'transformer.n_heads': 2})
+    layer = conf.transformer.encoder_layer.eval()
+    x = torch.randn(3, 2, 8)
+    # Post-norm: $LN(x + f(x))$, sub-layer by sub-layer
+    h = layer.norm_self_attn(x + layer.self_attn(query=x, key=x, value=x, mask=None))
+    expected = layer.norm_ff(h + layer.feed_forward(h))
+    torch.testing.assert_close(layer(x=x), expected)
+
+
+def _registrations(configs: BaseConfigs):
+    """Items with their defaults, and each item's options and aggregate options, read from labml's registry."""
+    items = set(configs._Configs__types)
+    defaults = dict(configs._Configs__defaults)
+    options = {k: set(v) for k, v in configs._Configs__options.items()}
+    aggregates = {k: set(v) for k, v in configs._Configs__aggregates_options.items()}
+    return items, defaults, options, aggregates
+
+
+@pytest.mark.parametrize('class_name', ['TransformerConfigs', 'FeedForwardConfigs'])
+def test_every_item_default_and_option_of_labml_nn_is_here(class_name):
+    # labml-nn is installed by `make test`; without it this test fails rather than skips
+    import labml_nn.transformers.configs as labml_nn_configs
+    their_items, their_defaults, their_options, their_aggregates = \
+        _registrations(getattr(labml_nn_configs, class_name)())
+    our_items, our_defaults, our_options, our_aggregates = _registrations(getattr(configs_module, class_name)())
+    assert their_items - our_items == set(), 'items of labml_nn missing here'
+    for key, default in their_defaults.items():
+        assert our_defaults.get(key) == default, f'default of {key}'
+    for key, names in their_options.items():
+        assert names - our_options.get(key, set()) == set(), f'options of {key} missing here'
+    for key, names in their_aggregates.items():
+        assert names - our_aggregates.get(key, set()) == set(), f'aggregates of {key} missing here'
+
+
+@pytest.mark.parametrize('glu_variant', ['none', 'GLU', 'Bilinear', 'ReGLU', 'GEGLU', 'SwiGLU'])
+def test_labml_nn_style_override_dictionaries_run(glu_variant, labml_experiment):
+    conf = AutoregressiveConfigs()
+    labml_experiment.configs(conf, {'transformer.ffn.glu_variant': glu_variant, 'transformer.d_model': 16,
+                                    'transformer.n_heads': 4, 'transformer.n_layers': 3, 'transformer.ffn.d_ff': 24,
+                                    'transformer.n_src_vocab': 11, 'transformer.n_tgt_vocab': 11})
+    ffn = conf.transformer.encoder.layers[0].feed_forward
+    assert ffn.layer1.out_features == 24 and ffn.is_gated == (glu_variant != 'none')
+    assert len(conf.transformer.encoder.layers) == 3 and conf.transformer.encoder_attn.heads == 4
+    # One optimisation step on next-token prediction lowers the loss on that batch
+    tokens = torch.randint(11, (8, 4))
+    params = [p for m in (conf.transformer.encoder, conf.transformer.src_embed, conf.transformer.generator)
+              for p in m.parameters()]
+    optimizer = torch.optim.Adam(params, lr=1e-2)
+
+    def loss():
+        return nn.functional.cross_entropy(conf.logits(tokens[:-1]).reshape(-1, 11), tokens[1:].reshape(-1))
+
+    before = loss()
+    before.backward()
+    optimizer.step()
+    assert loss().item() < before.item()
+
+
+def test_unknown_option_names_key_value_and_accepted_options(labml_experiment):
+    conf = AutoregressiveConfigs()
+    labml_experiment.configs(conf, {'transformer.encoder_attn': 'mhaa'})
+    with pytest.raises(ConfigOptionError, match=r"encoder_attn='mhaa' is not an option.*Did you mean 'mha'\?"
+                                                r".*Accepted: 'mha'"):
+        _ = conf.transformer
+
+
+def test_unknown_glu_variant_lists_the_variants():
+    conf = FeedForwardConfigs()
+    with pytest.raises(ConfigOptionError, match=r"glu_variant='SwiGlu'.*Did you mean 'SwiGLU'\?.*Accepted: 'none', "
+                                                r"'Bilinear', 'GEGLU', 'GLU', 'ReGLU' or 'SwiGLU'"):
+        conf.glu_variant = 'SwiGlu'
+
+
+def test_unknown_config_key_names_the_key_and_the_closest_valid_key():
+    conf = TransformerConfigs()
+    with pytest.raises(ConfigKeyError, match=r"unknown config key 'n_layer': TransformerConfigs has no item "
+                                             r"'n_layer'\. Did you mean 'n_layers'\? Accepted keys"):
+        conf._set_values({'n_layer': 3})
+
+
+def test_unknown_nested_key_is_caught_when_given_not_when_used():
+    conf = TransformerConfigs()
+    with pytest.raises(ConfigKeyError, match=r"unknown config key 'ffn\.d_f': FeedForwardConfigs has no item "
+                                             r"'d_f'\. Did you mean 'd_ff'\?"):
+        conf._set_values({'d_model': 16, 'ffn.d_f': 3})
+
+
+def test_odd_d_model_with_sinusoidal_positions_is_rejected(labml_experiment):
+    conf = AutoregressiveConfigs()
+    labml_experiment.configs(conf, {'transformer.d_model': 15, 'transformer.n_heads': 3,
+                                    'transformer.n_src_vocab': 5})
+    with pytest.raises(ValueError, match=r"d_model=15 is not accepted for sinusoidal positional encodings.*even"):
+        _ = conf.transformer.src_embed
+
+
+def test_learned_positions_accept_odd_d_model(labml_experiment):
+    conf = AutoregressiveConfigs()
+    labml_experiment.configs(conf, {'transformer.d_model': 15, 'transformer.n_heads': 3, 'transformer.n_src_vocab': 5,
+                                    'transformer.src_embed': 'learned_pos'})
+    assert conf.transformer.src_embed(torch.zeros(2, 1, dtype=torch.long)).shape == (2, 1, 15)

@@ -1,0 +1,96 @@
+"""from_torch / to_torch: this package's encoder-decoder equals torch.nn.Transformer given its weights."""
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from labml_txl.attention_mask import subsequent_mask
+from labml_txl.interop import from_torch, to_torch
+
+
+def randomise(module: nn.Module):
+    """Every parameter random, layer norms included: untouched norms (weight 1, bias 0) would hide a missed copy."""
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn_like(p) * 0.3 + (1.0 if p.dim() == 1 else 0.0) * torch.rand(()))
+
+
+def make_torch_transformer(**kwargs) -> nn.Transformer:
+    defaults = dict(d_model=16, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=24,
+                    dropout=0.0, layer_norm_eps=1e-3)
+    defaults.update(kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # nn.Transformer warns about nested tensors when batch_first is False
+        t = nn.Transformer(**defaults)
+    randomise(t)
+    return t.eval()
+
+
+def torch_masks(src_lengths, tgt_len):
+    """torch's convention: float causal mask and key-padding masks, True where padded."""
+    src_len = max(src_lengths)
+    src_padding = torch.arange(src_len)[None, :] >= torch.tensor(src_lengths)[:, None]  # [batch, src_len]
+    causal = nn.Transformer.generate_square_subsequent_mask(tgt_len)
+    return src_padding, causal
+
+
+def our_masks(src_lengths, tgt_len):
+    """The same masks in this package's convention: boolean [seq_q, seq_k, batch], True where allowed."""
+    src_len = max(src_lengths)
+    keys_present = (torch.arange(src_len)[:, None] < torch.tensor(src_lengths)[None, :]).unsqueeze(0)
+    return keys_present, subsequent_mask(tgt_len)
+
+
+@pytest.mark.parametrize('norm_first', [True, False])
+@pytest.mark.parametrize('activation', ['relu', 'gelu'])
+@pytest.mark.parametrize('n_encoder,n_decoder', [(1, 1), (2, 3), (3, 1)])
+@pytest.mark.parametrize('batch_first', [False, True])
+def test_from_torch_output_equals_torch(norm_first, activation, n_encoder, n_decoder, batch_first):
+    t = make_torch_transformer(norm_first=norm_first, activation=activation, num_encoder_layers=n_encoder,
+                               num_decoder_layers=n_decoder, batch_first=batch_first)
+    m = from_torch(t).eval()
+    src_lengths, tgt_len, batch = [6, 4, 2], 5, 3
+    src = torch.randn(batch, 6, 16) if batch_first else torch.randn(6, batch, 16)
+    tgt = torch.randn(batch, tgt_len, 16) if batch_first else torch.randn(tgt_len, batch, 16)
+    src_padding, causal = torch_masks(src_lengths, tgt_len)
+    keys_present, our_causal = our_masks(src_lengths, tgt_len)
+    with torch.no_grad():
+        expected = t(src, tgt, tgt_mask=causal, src_key_padding_mask=src_padding,
+                     memory_key_padding_mask=src_padding)
+        got = m(src, tgt, src_mask=keys_present, tgt_mask=our_causal, memory_mask=keys_present)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+
+def test_every_parameter_is_copied_and_eps_kept():
+    t = make_torch_transformer(num_encoder_layers=2, num_decoder_layers=2)
+    m = from_torch(t)
+    n_theirs = sum(p.numel() for p in t.parameters())
+    n_ours = sum(p.numel() for p in m.parameters())
+    assert n_ours == n_theirs
+    # Sums of all parameters agree: nothing left at its initial value
+    torch.testing.assert_close(sum(p.sum() for p in m.parameters()), sum(p.sum() for p in t.parameters()))
+    eps = {mod.eps for mod in m.modules() if isinstance(mod, nn.LayerNorm)}
+    assert eps == {1e-3}
+    # Each decoder layer has its third norm, and both stacks their final norm
+    assert all(hasattr(layer, 'norm_src_attn') for layer in m.decoder.layers)
+    torch.testing.assert_close(m.decoder.norm.weight, t.decoder.norm.weight)
+    torch.testing.assert_close(m.encoder.norm.bias, t.encoder.norm.bias)
+
+
+def test_to_torch_round_trip_restores_every_weight():
+    t = make_torch_transformer(norm_first=True, activation='gelu', batch_first=True)
+    back = to_torch(from_torch(t))
+    theirs, ours = t.state_dict(), back.state_dict()
+    assert theirs.keys() == ours.keys()
+    for key in theirs:
+        torch.testing.assert_close(ours[key], theirs[key], msg=key)
+    assert back.batch_first and back.encoder.layers[0].norm_first
+    src, tgt = torch.randn(2, 5, 16), torch.randn(2, 4, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(back.eval()(src, tgt), t(src, tgt), atol=1e-6, rtol=0)
+
+
+def test_from_torch_rejects_other_modules():
+    with pytest.raises(TypeError, match='accepts a torch.nn.Transformer, got Linear'):
+        from_torch(nn.Linear(2, 2))
