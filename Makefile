@@ -26,7 +26,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q tests
 
 demo: $(STAMP)
-	$(PY) experiments/demo.py
+	$(PY) experiments/char_transformer.py
 
 clean-venv:
 	rm -rf $(VENV)

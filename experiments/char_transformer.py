@@ -1,11 +1,12 @@
 """
-# Demo: a small character-level Transformer on Tiny Shakespeare
+# A small character-level Transformer on Tiny Shakespeare
 
-`make demo` runs this until the Transformer-XL training experiment lands: `TransformerConfigs` builds a
-causal encoder over the bundled corpus, trains it for a bounded time on the CPU and prints the training and
-validation loss (nats per character). Any config item can be overridden on the command line:
+`TransformerConfigs` builds a causal encoder over the bundled corpus; this trains it for a bounded time on the
+CPU and prints the training and validation loss (nats per character). `make demo` runs it until the
+Transformer-XL training experiment lands, and `glu_variants.py` reuses it. Any config item can be overridden on
+the command line:
 
-    python experiments/demo.py transformer.ffn.glu_variant=SwiGLU steps=500 time_limit=300
+    python experiments/char_transformer.py transformer.ffn.glu_variant=SwiGLU steps=500 time_limit=300
 """
 import math
 import sys
@@ -37,10 +38,12 @@ class CharTransformer(nn.Module):
         return self.generator(self.encoder(self.src_embed(tokens), mask))
 
 
-class DemoConfigs(ValidatedConfigs):
+class CharTransformerConfigs(ValidatedConfigs):
     """What the demo trains and for how long."""
     transformer: TransformerConfigs
     model: CharTransformer
+    # Number of distinct characters, set from the corpus
+    n_tokens: int
     seq_len: int = 64
     batch_size: int = 32
     steps: int = 2000
@@ -52,8 +55,16 @@ class DemoConfigs(ValidatedConfigs):
     seed: int = 0
 
 
-@option(DemoConfigs.model)
-def _model(c: DemoConfigs):
+@option(CharTransformerConfigs.transformer)
+def _transformer(c: CharTransformerConfigs):
+    """A Transformer over the corpus's characters"""
+    conf = TransformerConfigs()
+    conf.n_src_vocab = conf.n_tgt_vocab = c.n_tokens
+    return conf
+
+
+@option(CharTransformerConfigs.model)
+def _model(c: CharTransformerConfigs):
     return CharTransformer(c.transformer)
 
 
@@ -80,15 +91,17 @@ def loss_of(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> to
     return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def main(argv):
-    corpus = Corpus()
-    conf = DemoConfigs()
-    experiment.create(name='demo', comment='char transformer on tiny shakespeare')
-    overrides = {'transformer.d_model': 128, 'transformer.n_heads': 4, 'transformer.n_layers': 3,
-                 'transformer.ffn.d_ff': 512, 'transformer.dropout': 0.0,
-                 'transformer.n_src_vocab': len(corpus.chars), 'transformer.n_tgt_vocab': len(corpus.chars)}
-    overrides.update(parse_overrides(argv))
-    experiment.configs(conf, overrides)
+DEFAULT_OVERRIDES = {'transformer.d_model': 128, 'transformer.n_heads': 4, 'transformer.n_layers': 3,
+                     'transformer.ffn.d_ff': 512, 'transformer.dropout': 0.0}
+
+
+def run(overrides: dict, name: str = 'char_transformer', corpus: Corpus = None) -> float:
+    """Train with `overrides` on top of `DEFAULT_OVERRIDES` and return the final validation loss."""
+    corpus = corpus or Corpus()
+    conf = CharTransformerConfigs()
+    experiment.create(name=name, comment=', '.join(f'{k}={v}' for k, v in overrides.items()))
+    conf.n_tokens = len(corpus.chars)
+    experiment.configs(conf, {**DEFAULT_OVERRIDES, **overrides})
     torch.manual_seed(conf.seed)
     generator = torch.Generator().manual_seed(conf.seed)
     model = conf.model
@@ -120,7 +133,8 @@ def main(argv):
     print(f'\nTrained {step + 1} steps in {time.time() - started:.0f} s: '
           f'last training loss {loss.item():.3f}, validation loss {valid:.3f} nats/char '
           f'({valid / math.log(2):.3f} bits/char)')
+    return valid
 
 
 if __name__ == '__main__':
-    main(sys.argv[1:])
+    run(parse_overrides(sys.argv[1:]))
