@@ -1,0 +1,1 @@
+"""Training and evaluation of Transformer-XL on labml."""
