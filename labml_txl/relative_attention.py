@@ -1,0 +1,197 @@
+r"""
+# Relative attention: the four score terms and the relative shift
+
+From *Transformer-XL: Attentive Language Models Beyond a Fixed-Length Context* (Dai et al., 2019), section 3.3.
+With absolute positions the score of query $i$ and key $j$ expands into four terms of the word embeddings
+$E$ and absolute position embeddings $U$. Transformer-XL replaces the absolute positions of the keys by the
+*relative* distance $i - j$, encoded by a sinusoid $R_{i-j}$ (not learned), and the query's position by two
+learned vectors $u$ and $v$ (the same for every query position):
+
+$$A^{rel}_{i,j} =
+  \underbrace{E_{x_i}^\top W_q^\top W_{k,E} E_{x_j}}_{(a)\ \text{content}}
++ \underbrace{E_{x_i}^\top W_q^\top W_{k,R} R_{i-j}}_{(b)\ \text{content-dependent position}}
++ \underbrace{u^\top W_{k,E} E_{x_j}}_{(c)\ \text{global content bias}}
++ \underbrace{v^\top W_{k,R} R_{i-j}}_{(d)\ \text{global position bias}}$$
+
+With $q_i = W_q E_{x_i}$, $k_j = W_{k,E} E_{x_j}$ and $r_{i-j} = W_{k,R} R_{i-j}$ the four terms pair up as
+
+$$(a) + (c) = (q_i + u)^\top k_j, \qquad (b) + (d) = (q_i + v)^\top r_{i-j}$$
+
+which is how they are computed here: two matrix products instead of four.
+
+## The relative shift
+
+$(b) + (d)$ is cheap to compute for every query against every entry $s$ of a table $r_0, r_1, \dots$ whose entry
+$s$ holds the distance $k - 1 - s$ (distances in descending order, starting at the largest, $k - 1$); but
+attention needs it indexed by *key position* $j$. With $q$ queries that are the last $q$ of $k$ key
+positions (the first $m = k - q$ keys are the memory), query $i$ sits at position $m + i$, the distance to
+key $j$ is $m + i - j$, and in the table that distance is at entry
+
+$$s = (k - 1) - (m + i - j) = j + (q - 1 - i)$$
+
+whether the table stops at distance $0$ (length $L = k$) or runs on to $-(q - 1)$ (length $L = k + q - 1$).
+So row $i$ must be shifted left by $q - 1 - i$: the last query row not at all, the first by $q - 1$.
+`relative_shift` does it without indexing: pad a zero column in front, read the `[q, L + 1]` block as
+`[L + 1, q]`, drop its first row and read the rest back as `[q, L]`. Each row then starts $q - 1 - i$
+entries further along.
+
+* **Decoder** (`L = k`, distances $k - 1, \dots, 0$): the shifted score is exact for every $j \le m + i$;
+  entries with $j > m + i$ (the future) are not meaningful and must be masked, which a decoder does anyway.
+* **Encoder** (`L = k + q - 1`, distances $k - 1, \dots, -(q - 1)$): every key of every query is exact, so
+  nothing has to be masked; keep the first $k$ columns.
+"""
+from typing import Optional
+
+import torch
+from torch.nn import functional as F
+
+
+def sinusoid_inverse_frequencies(d_model: int, dtype: torch.dtype = torch.float32,
+                                 device: Optional[torch.device] = None) -> torch.Tensor:
+    r"""
+    The frequencies $1 / 10000^{2i / d_{model}}$ of the sinusoidal embeddings, `[d_model / 2]`.
+
+    `d_model` must be a positive even integer (a sine and a cosine per frequency).
+    """
+    if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 2 or d_model % 2 != 0:
+        raise ValueError(f"d_model={d_model!r} is not accepted for sinusoidal position embeddings: "
+                         f"they pair a sine and a cosine per frequency, so d_model must be a positive even integer")
+    # $\frac{1}{10000^{2i/d}}$ for $i = 0 .. d/2 - 1$, computed as the original does
+    return 1 / (10000 ** (torch.arange(0.0, d_model, 2.0, dtype=dtype, device=device) / d_model))
+
+
+def sinusoidal_embeddings(positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    r"""
+    Sinusoidal embeddings $R_p = [\sin(p \omega_0), \dots, \sin(p \omega_{d/2-1}),
+    \cos(p \omega_0), \dots, \cos(p \omega_{d/2-1})]$ of the (possibly negative) `positions`.
+
+    Sines and cosines are concatenated (Transformer-XL's layout), not interleaved.
+
+    Shape:
+        `positions` `[L]`, `inv_freq` `[d / 2]`; returns `[L, d]` in the dtype of `positions`.
+    """
+    # $p \omega_i$, `[L, d / 2]`
+    angles = torch.outer(positions, inv_freq.to(positions.dtype))
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)
+
+
+def relative_distances(qlen: int, klen: int, *, bidirectional: bool, clamp_len: int = -1,
+                       dtype: torch.dtype = torch.float32, device: Optional[torch.device] = None) -> torch.Tensor:
+    r"""
+    The distances of the relative table, in descending order.
+
+    * `bidirectional=False` (decoder): $k - 1, k - 2, \dots, 0$ (`[klen]`): queries never look ahead.
+    * `bidirectional=True` (encoder): $k - 1, \dots, 0, \dots, -(q - 1)$ (`[klen + qlen - 1]`): every query
+      against every key, when the queries are the last `qlen` of the `klen` positions.
+
+    `clamp_len > 0` clips the magnitude of every distance at `clamp_len` (the original's `clamp_len`).
+    """
+    end = -qlen if bidirectional else -1
+    distances = torch.arange(klen - 1, end, -1.0, dtype=dtype, device=device)
+    if clamp_len > 0:
+        distances = distances.clamp(min=-clamp_len, max=clamp_len)
+    return distances
+
+
+def content_scores(q: torch.Tensor, k: torch.Tensor, u: Optional[torch.Tensor] = None) -> torch.Tensor:
+    r"""
+    Terms $(a) + (c) = (q_i + u)^\top k_j$ for every query $i$ and key $j$.
+
+    Shape:
+        `q` `[qlen, batch, heads, d_head]`, `k` `[klen, batch, heads, d_head]`, `u` `[heads, d_head]` or None
+        (then only term (a)); returns `[qlen, klen, batch, heads]`.
+    """
+    if u is not None:
+        # $q_i + u$
+        q = q + u
+    # $(q_i + u)^\top k_j$
+    return torch.einsum('ibnd,jbnd->ijbn', q, k)
+
+
+def position_scores(q: torch.Tensor, r: torch.Tensor, v: Optional[torch.Tensor] = None) -> torch.Tensor:
+    r"""
+    Terms $(b) + (d) = (q_i + v)^\top r_s$ for every query $i$ and every entry $s$ of the relative table,
+    before the shift (column $s$ is the $s$-th distance of the table, not a key position).
+
+    Shape:
+        `q` `[qlen, batch, heads, d_head]`, `r` the projected table $W_{k,R} R$ `[rlen, heads, d_head]`,
+        `v` `[heads, d_head]` or None (then only term (b)); returns `[qlen, rlen, batch, heads]`.
+    """
+    if v is not None:
+        # $q_i + v$
+        q = q + v
+    # $(q_i + v)^\top W_{k,R} R_s$
+    return torch.einsum('ibnd,jnd->ijbn', q, r)
+
+
+def relative_shift(x: torch.Tensor) -> torch.Tensor:
+    r"""
+    Turn scores indexed by relative-table entry into scores indexed by key position.
+
+    `out[i, j] = x[i, j + qlen - 1 - i]` wherever `j + qlen - 1 - i < rlen`; the remaining entries (only
+    $j > i + rlen - qlen$, the future of a decoder) hold zero or another row's score and must be masked.
+    See the module docstring for why this is the shift Transformer-XL needs.
+
+    Shape:
+        `x` `[qlen, rlen, ...]`; returns `[qlen, rlen, ...]`.
+    """
+    qlen, rlen = x.shape[0], x.shape[1]
+    # A zero column in front: `[qlen, rlen + 1, ...]`
+    zero_pad = x.new_zeros((qlen, 1) + tuple(x.shape[2:]))
+    x_padded = torch.cat([zero_pad, x], dim=1)
+    # Read as `[rlen + 1, qlen, ...]` and drop the first `qlen` elements; read back as `[qlen, rlen, ...]`.
+    # Element `(i, j)` of the result is element `qlen + i * rlen + j = i * (rlen + 1) + (qlen + j - i)` of the
+    # padded rows: row `i`, column `qlen + j - i`, which is `x[i, j + qlen - 1 - i]`.
+    x_padded = x_padded.view((rlen + 1, qlen) + tuple(x.shape[2:]))
+    return x_padded[1:].view_as(x)
+
+
+def relative_attention_scores(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor,
+                              u: Optional[torch.Tensor], v: Optional[torch.Tensor]) -> torch.Tensor:
+    r"""
+    The unscaled scores $A^{rel}_{i,j} = (a) + (b) + (c) + (d)$ for queries that are the last `qlen` of the
+    `klen` key positions.
+
+    Shape:
+        `q` `[qlen, batch, heads, d_head]`, `k` `[klen, batch, heads, d_head]`, `r` `[rlen, heads, d_head]`
+        with distances `klen - 1` down to `0` (`rlen = klen`, decoder: mask $j > i + klen - qlen$) or down to
+        `-(qlen - 1)` (`rlen = klen + qlen - 1`, encoder: every entry exact); `u`, `v` `[heads, d_head]`.
+        Returns `[qlen, klen, batch, heads]`.
+    """
+    klen = k.shape[0]
+    # $(a) + (c) = (q_i + u)^\top k_j$
+    ac = content_scores(q, k, u)
+    # $(b) + (d) = (q_i + v)^\top r_{i-j}$, shifted from table index to key position
+    bd = relative_shift(position_scores(q, r, v))
+    if bd.shape[1] != klen:
+        # Encoder table: the first `klen` columns are the keys
+        bd = bd[:, :klen]
+    return ac + bd
+
+
+def masked_softmax(scores: torch.Tensor, masked: Optional[torch.Tensor], dim: int = 1) -> torch.Tensor:
+    r"""
+    Softmax over keys with the `masked` entries (True) left out, safe in fp16 and bf16.
+
+    Masked scores are filled with the most negative number of the scores' own dtype rather than $-\infty$
+    (no `inf - inf`), fp16 and bf16 scores are normalised in float32 and cast back (nothing overflows), and
+    the weights of masked keys are set to zero afterwards: a row whose keys are all masked gets all-zero
+    weights (it attends to nothing) instead of NaN.
+
+    Shape:
+        `scores` `[qlen, klen, batch, heads]`; `masked` `[qlen, klen, batch or 1]` (or `[qlen, klen]`), True
+        where a key is masked. Returns weights of the shape and dtype of `scores`.
+    """
+    if masked is not None:
+        if masked.dim() == 2:
+            masked = masked[:, :, None]
+        masked = masked[..., None]
+        scores = scores.masked_fill(masked, torch.finfo(scores.dtype).min)
+    if scores.dtype in (torch.float16, torch.bfloat16):
+        probs = F.softmax(scores, dim=dim, dtype=torch.float32).to(scores.dtype)
+    else:
+        probs = F.softmax(scores, dim=dim)
+    if masked is not None:
+        # Exact zeros already, except in a row with every key masked: that row attends to nothing
+        probs = probs.masked_fill(masked, 0.0)
+    return probs

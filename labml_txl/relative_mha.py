@@ -1,0 +1,116 @@
+r"""
+# Relative multi-head attention (`'relative'`)
+
+Transformer-XL's relative attention (Dai et al., 2019) as a drop-in for `MultiHeadAttention`: same
+constructor, same `forward(*, query, key, value, mask=None)`, same shapes and masks. The score of query $i$
+and key $j$ is
+
+$$A^{rel}_{i,j} = \underbrace{(q_i + u)^\top k_j}_{(a) + (c)} + \underbrace{(q_i + v)^\top W_{k,R} R_{i-j}}_{(b) + (d)}$$
+
+with $q = W_q x^{query}$, $k = W_k x^{key}$ and $v$-values $W_v x^{value}$ as in `MultiHeadAttention`,
+$R_{i-j}$ the fixed sinusoid of the distance (Transformer-XL's `PositionalEmbedding`), $W_{k,R}$ = `r_net`,
+and learned $u$ = `r_w_bias`, $v$ = `r_r_bias` `[heads, d_k]` owned by this module. The terms and the shift
+are `labml_txl.relative_attention`'s, shared with `labml_txl.xl`.
+
+Positions: the queries are the last `seq_q` of the `seq_k` key positions (equal lengths for self-attention;
+with a memory in front of the keys, the memory comes first). Distances run from `seq_k - 1` down to
+`-(seq_q - 1)`, so every pair is scored exactly, keys after the query included: an unmasked encoder works, and a
+decoder passes a causal mask as it would to `MultiHeadAttention`.
+"""
+import math
+from typing import Optional, Tuple, Union
+
+import torch
+from torch import nn
+
+from .attention_mask import check_mask
+from .mha import check_heads
+from .relative_attention import (masked_softmax, relative_attention_scores, relative_distances,
+                                 sinusoid_inverse_frequencies, sinusoidal_embeddings)
+
+
+class RelativeMultiHeadAttention(nn.Module):
+    """
+    Multi-head attention with Transformer-XL's relative positions.
+
+    Args:
+        heads: number of heads $h$.
+        d_model: number of features of queries, keys and values; divisible by `heads` and even (sinusoids).
+        dropout_prob: dropout on the attention weights.
+        bias: whether the query, key, value and output projections have biases ($W_{k,R}$ has none).
+
+    Shape:
+        `query` `[seq_q, batch, d_model]`, `key` and `value` `[seq_k, batch, d_model]`,
+        `mask` boolean `[seq_q or 1, seq_k, batch or 1]` (True where attention is allowed);
+        output `[seq_q, batch, d_model]`, and with `need_weights=True` also the attention weights
+        `[seq_q, seq_k, batch, heads]`. A query with every key masked attends to nothing (zero weights).
+    """
+
+    def __init__(self, heads: int, d_model: int, dropout_prob: float = 0.1, bias: bool = True):
+        super().__init__()
+        self.d_k = check_heads(heads, d_model)
+        if d_model % 2 != 0:
+            raise ValueError(f"d_model={d_model} is not accepted for relative attention: its sinusoidal "
+                             f"distance embeddings pair a sine and a cosine per frequency, so d_model must be even")
+        self.heads = heads
+        self.d_model = d_model
+        self.query = nn.Linear(d_model, d_model, bias=bias)
+        self.key = nn.Linear(d_model, d_model, bias=bias)
+        self.value = nn.Linear(d_model, d_model, bias=bias)
+        self.output = nn.Linear(d_model, d_model, bias=bias)
+        # $W_{k,R}$
+        self.r_net = nn.Linear(d_model, d_model, bias=False)
+        # $u$ and $v$
+        self.r_w_bias = nn.Parameter(torch.zeros(heads, self.d_k))
+        self.r_r_bias = nn.Parameter(torch.zeros(heads, self.d_k))
+        self.dropout_prob = dropout_prob
+        self.dropout = nn.Dropout(dropout_prob)
+        # $\frac{1}{\sqrt{d_k}}$
+        self.scale = 1 / math.sqrt(self.d_k)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        """`[seq, batch, d_model]` to `[seq, batch, heads, d_k]`."""
+        return x.reshape(x.shape[0], x.shape[1], self.heads, self.d_k)
+
+    def _distance_embeddings(self, seq_q: int, seq_k: int, dtype: torch.dtype, device) -> torch.Tensor:
+        """$W_{k,R} R_d$ for the distances $d$ = `seq_k - 1 .. -(seq_q - 1)`, `[seq_k + seq_q - 1, heads, d_k]`."""
+        # Distances are exact integers only in float32 or float64
+        pos_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+        distances = relative_distances(seq_q, seq_k, bidirectional=True, dtype=pos_dtype, device=device)
+        # $\omega_i = 1 / 10000^{2i/d}$, computed in the precision of the distances (no buffer to lose it)
+        inv_freq = sinusoid_inverse_frequencies(self.d_model, dtype=pos_dtype, device=device)
+        # $R_d$
+        r = sinusoidal_embeddings(distances, inv_freq).to(dtype)
+        # $W_{k,R} R_d$
+        return self._heads(self.r_net(r)[:, None, :])[:, 0]
+
+    def forward(self, *, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                mask: Optional[torch.Tensor] = None,
+                need_weights: bool = False) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+        if query.dim() != 3 or query.shape[2] != self.d_model:
+            raise ValueError(f"query of shape {list(query.shape)} is not accepted: expected "
+                             f"[seq_q, batch, {self.d_model}]")
+        seq_q, batch_size, _ = query.shape
+        if key.dim() != 3 or key.shape[1:] != (batch_size, self.d_model) or value.shape != key.shape:
+            raise ValueError(f"query {list(query.shape)}, key {list(key.shape)} and value {list(value.shape)} "
+                             f"are not accepted: expected [seq_q, batch, {self.d_model}] for the query and "
+                             f"[seq_k, batch, {self.d_model}] for both key and value")
+        seq_k = key.shape[0]
+        check_mask(mask, seq_q, seq_k, batch_size)
+
+        q = self._heads(self.query(query))
+        k = self._heads(self.key(key))
+        v = self._heads(self.value(value))
+        r = self._distance_embeddings(seq_q, seq_k, q.dtype, q.device)
+
+        # $A^{rel}_{i,j} = (q_i + u)^\top k_j + (q_i + v)^\top W_{k,R} R_{i-j}$, `[seq_q, seq_k, batch, heads]`
+        scores = relative_attention_scores(q, k, r, self.r_w_bias, self.r_r_bias) * self.scale
+        # $\mathop{softmax}_j$ over the allowed keys
+        weights = masked_softmax(scores, None if mask is None else ~mask, dim=1)
+        weights = self.dropout(weights)
+        # $\sum_j a_{i,j} v_j$, heads concatenated
+        x = torch.einsum('ijbh,jbhd->ibhd', weights, v).reshape(seq_q, batch_size, self.d_model)
+        output = self.output(x)
+        if need_weights:
+            return output, weights
+        return output

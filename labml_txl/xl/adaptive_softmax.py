@@ -1,0 +1,172 @@
+r"""
+# Projected adaptive softmax
+
+From *Efficient softmax approximation for GPUs* (Grave et al., 2017), with the projections Transformer-XL
+adds. The vocabulary, sorted by frequency, is split by `cutoffs` into a *head* (the shortlist
+$[0, c_1)$) and tail clusters $[c_1, c_2), \dots, [c_n, n_{token})$. The head scores the shortlist words and
+one entry per tail cluster; a word $w$ in tail cluster $i$ then gets
+
+$$\log p(w \mid h) = \log p_{head}(\text{cluster } i \mid h) + \log p_i(w \mid h)$$
+
+where each softmax sees its own logits $\mathop{logit}_i(h) = (h P_i) W_i^\top + b_i$: $P_i$ `[d_proj, d_i]`
+projects the model's hidden state to the cluster's $d_i = d_{embed} / \mathit{div\_val}^i$ features
+(`out_projs`, left out when `div_val == 1` and $d_{proj} = d_{embed}$), $W_i$, $b_i$ are `out_layers` (tied to the
+adaptive input embeddings with `tie_weight`). With `div_val == 1` all clusters slice one `[n_token, d_embed]`
+layer. The cluster entries of the head are `cluster_weight` `[n_clusters, d_embed]` and `cluster_bias`.
+As in the original, tail cluster $i$ (counting from 1) is the head's column $-i$: the last column is the
+first tail cluster.
+
+The loss comes out **in position order**, always: `nll[t]` belongs to `target[t]` (the original's
+`keep_order=True`; its default put the positions in cluster order).
+"""
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .checks import check_cutoffs
+from ..errors import require_positive_int
+
+
+class ProjectedAdaptiveLogSoftmax(nn.Module):
+    """
+    Args:
+        n_token: vocabulary size.
+        d_embed: features of the head cluster.
+        d_proj: features of the hidden states (the model's `d_model`).
+        cutoffs: strictly increasing cluster boundaries in `(0, n_token)`; `[]` for a plain softmax.
+        div_val: each cluster has `div_val` times fewer features than the one before.
+
+    Shape:
+        `hidden` `[N, d_proj]`, `target` `[N]`; `forward` returns the negative log-likelihood `[N]` in
+        the order of `target`; `log_prob` returns full log-probabilities `[N, n_token]`.
+    """
+
+    def __init__(self, n_token: int, d_embed: int, d_proj: int, cutoffs: Sequence[int], div_val: int = 1):
+        super().__init__()
+        require_positive_int('n_token', n_token)
+        require_positive_int('d_embed', d_embed)
+        require_positive_int('d_proj', d_proj)
+        require_positive_int('div_val', div_val)
+        cutoffs = check_cutoffs(cutoffs, n_token)
+        self.n_token = n_token
+        self.d_embed = d_embed
+        self.d_proj = d_proj
+        self.div_val = div_val
+        self.cutoffs: List[int] = cutoffs + [n_token]
+        self.cutoff_ends: List[int] = [0] + self.cutoffs
+        self.shortlist_size = self.cutoffs[0]
+        self.n_clusters = len(self.cutoffs) - 1
+        self.head_size = self.shortlist_size + self.n_clusters
+
+        if self.n_clusters > 0:
+            self.cluster_weight = nn.Parameter(torch.zeros(self.n_clusters, d_embed))
+            self.cluster_bias = nn.Parameter(torch.zeros(self.n_clusters))
+
+        self.out_layers = nn.ModuleList()
+        self.out_projs = nn.ParameterList()
+        if div_val == 1:
+            if d_proj != d_embed:
+                for _ in range(len(self.cutoffs)):
+                    self.out_projs.append(nn.Parameter(torch.empty(d_proj, d_embed)))
+            self.out_layers.append(nn.Linear(d_embed, n_token))
+        else:
+            for i in range(len(self.cutoffs)):
+                l_idx, r_idx = self.cutoff_ends[i], self.cutoff_ends[i + 1]
+                d_emb_i = d_embed // (div_val ** i)
+                if d_emb_i < 1:
+                    raise ValueError(f"div_val={div_val} is not accepted with d_embed={d_embed} and "
+                                     f"{len(cutoffs)} cutoffs: cluster {i} would get 0 features; "
+                                     f"accepted: d_embed >= div_val**{len(cutoffs)}")
+                self.out_projs.append(nn.Parameter(torch.empty(d_proj, d_emb_i)))
+                self.out_layers.append(nn.Linear(d_emb_i, r_idx - l_idx))
+
+    def _proj(self, i: int) -> Optional[torch.Tensor]:
+        """$P_i$, or None when there are no projections."""
+        return self.out_projs[i] if len(self.out_projs) > 0 else None
+
+    @staticmethod
+    def _compute_logit(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                       proj: Optional[torch.Tensor]) -> torch.Tensor:
+        if proj is not None:
+            # $h P_i$
+            hidden = F.linear(hidden, proj.t())
+        # $(h P_i) W_i^\top + b_i$
+        return F.linear(hidden, weight, bias)
+
+    def _cluster_params(self, i: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """$W_i$ and $b_i$ of cluster `i`; the head's include the cluster entries."""
+        if self.div_val == 1:
+            l_idx, r_idx = self.cutoff_ends[i], self.cutoff_ends[i + 1]
+            weight = self.out_layers[0].weight[l_idx:r_idx]
+            bias = self.out_layers[0].bias[l_idx:r_idx]
+        else:
+            weight, bias = self.out_layers[i].weight, self.out_layers[i].bias
+        if i == 0 and self.n_clusters > 0:
+            weight = torch.cat([weight, self.cluster_weight], dim=0)
+            bias = torch.cat([bias, self.cluster_bias], dim=0)
+        return weight, bias
+
+    def _check(self, hidden: torch.Tensor) -> None:
+        if hidden.dim() != 2 or hidden.shape[1] != self.d_proj:
+            raise ValueError(f"hidden of shape {list(hidden.shape)} is not accepted: expected [N, d_proj] "
+                             f"with d_proj={self.d_proj}")
+
+    def forward(self, hidden: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        self._check(hidden)
+        if target.shape != hidden.shape[:1]:
+            raise ValueError(f"target of shape {list(target.shape)} is not accepted: expected [N] = "
+                             f"[{hidden.shape[0]}], one id per row of hidden")
+        if self.n_clusters == 0:
+            logit = self._compute_logit(hidden, self.out_layers[0].weight, self.out_layers[0].bias, self._proj(0))
+            # $-\log p(w \mid h)$
+            return -F.log_softmax(logit, dim=-1).gather(1, target[:, None]).squeeze(1)
+
+        head_weight, head_bias = self._cluster_params(0)
+        # $\log p_{head}(\cdot \mid h)$, `[N, shortlist + n_clusters]`
+        head_logprob = F.log_softmax(self._compute_logit(hidden, head_weight, head_bias, self._proj(0)), dim=1)
+        nll = hidden.new_zeros(target.shape)
+        for i in range(len(self.cutoffs)):
+            l_idx, r_idx = self.cutoff_ends[i], self.cutoff_ends[i + 1]
+            indices_i = ((target >= l_idx) & (target < r_idx)).nonzero().squeeze(1)
+            if indices_i.numel() == 0:
+                continue
+            target_i = target.index_select(0, indices_i) - l_idx
+            head_logprob_i = head_logprob.index_select(0, indices_i)
+            if i == 0:
+                # A shortlist word: $\log p_{head}(w \mid h)$
+                logprob_i = head_logprob_i.gather(1, target_i[:, None]).squeeze(1)
+            else:
+                weight_i, bias_i = self._cluster_params(i)
+                hidden_i = hidden.index_select(0, indices_i)
+                tail_logprob_i = F.log_softmax(self._compute_logit(hidden_i, weight_i, bias_i, self._proj(i)), dim=1)
+                # $\log p_{head}(\text{cluster } i \mid h) + \log p_i(w \mid h)$
+                logprob_i = head_logprob_i[:, -i] + tail_logprob_i.gather(1, target_i[:, None]).squeeze(1)
+            # Back to the positions these targets came from
+            nll = nll.index_copy(0, indices_i, -logprob_i)
+        return nll
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Scores whose softmax is $p(\\cdot \\mid h)$, `[N, n_token]`: the logits of a plain softmax; with tail
+        clusters (no single logit per word) the log-probabilities, which have the same softmax."""
+        if self.n_clusters > 0:
+            return self.log_prob(hidden)
+        self._check(hidden)
+        return self._compute_logit(hidden, self.out_layers[0].weight, self.out_layers[0].bias, self._proj(0))
+
+    def log_prob(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Full log-probabilities $\\log p(w \\mid h)$ of every word, `[N, n_token]`."""
+        self._check(hidden)
+        if self.n_clusters == 0:
+            logit = self._compute_logit(hidden, self.out_layers[0].weight, self.out_layers[0].bias, self._proj(0))
+            return F.log_softmax(logit, dim=-1)
+        head_weight, head_bias = self._cluster_params(0)
+        head_logprob = F.log_softmax(self._compute_logit(hidden, head_weight, head_bias, self._proj(0)), dim=1)
+        out = [head_logprob[:, :self.shortlist_size]]
+        for i in range(1, len(self.cutoffs)):
+            weight_i, bias_i = self._cluster_params(i)
+            tail_logprob_i = F.log_softmax(self._compute_logit(hidden, weight_i, bias_i, self._proj(i)), dim=1)
+            # $\log p_{head}(\text{cluster } i \mid h) + \log p_i(\cdot \mid h)$
+            out.append(head_logprob[:, -i, None] + tail_logprob_i)
+        return torch.cat(out, dim=1)

@@ -1,0 +1,58 @@
+"""
+# Eager checks of the Transformer-XL's arguments
+
+Each raises an exception that names the argument, the value it got and what is accepted, at the point of
+entry (constructor, `reset_length`, `forward`), before any work is done.
+"""
+from typing import Sequence
+
+import torch
+
+from ..errors import require_positive_int
+
+
+def check_cutoffs(cutoffs: Sequence[int], n_token: int) -> list:
+    """`cutoffs` as a list, or `ValueError` unless they are strictly increasing integers in `(0, n_token)`."""
+    if isinstance(cutoffs, (str, bytes)) or not isinstance(cutoffs, Sequence):
+        raise TypeError(f"cutoffs={cutoffs!r} is not accepted: cutoffs must be a list of integers")
+    cutoffs = list(cutoffs)
+    for c in cutoffs:
+        if isinstance(c, bool) or not isinstance(c, int):
+            raise TypeError(f"cutoffs={cutoffs!r} is not accepted: every cutoff must be an integer, got {c!r}")
+    increasing = all(a < b for a, b in zip(cutoffs, cutoffs[1:]))
+    inside = all(0 < c < n_token for c in cutoffs)
+    if not (increasing and inside):
+        raise ValueError(f"cutoffs={cutoffs!r} is not accepted: cutoffs must be strictly increasing integers "
+                         f"above 0 and below n_token={n_token} (the last cluster ends at n_token)")
+    return cutoffs
+
+
+def check_tokens(name: str, tokens: torch.Tensor, n_token: int) -> None:
+    """`TypeError` / `ValueError` / `IndexError` unless `tokens` is a 2-D integer tensor of ids in `[0, n_token)`."""
+    if not isinstance(tokens, torch.Tensor):
+        raise TypeError(f"{name} must be a LongTensor [seq_len, batch] of token ids, got {type(tokens).__name__}")
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise TypeError(f"{name} has dtype {tokens.dtype}; token ids must be an integer tensor (torch.long)")
+    if tokens.dim() != 2 or tokens.shape[0] == 0 or tokens.shape[1] == 0:
+        raise ValueError(f"{name} of shape {list(tokens.shape)} is not accepted: expected a non-empty "
+                         f"[seq_len, batch] tensor of token ids")
+    outside = (tokens < 0) | (tokens >= n_token)
+    if bool(outside.any()):
+        bad = tokens[outside]
+        raise IndexError(f"{name} holds token ids outside [0, n_token={n_token}): e.g. {bad[0].item()} "
+                         f"(min {tokens.min().item()}, max {tokens.max().item()}); accepted ids are "
+                         f"0 .. {n_token - 1}")
+
+
+def check_lengths(tgt_len, ext_len, mem_len, *, allow_none_tgt: bool = False) -> None:
+    """`ValueError` unless `tgt_len >= 1`, `ext_len >= 0` and `mem_len >= 0` (integers)."""
+    if not (allow_none_tgt and tgt_len is None):
+        require_positive_int('tgt_len', tgt_len)
+    require_positive_int('ext_len', ext_len, allow_zero=True)
+    require_positive_int('mem_len', mem_len, allow_zero=True)
+
+
+def check_probability(name: str, value) -> None:
+    """`ValueError` unless `0 <= value < 1`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(f"{name}={value!r} is not accepted: {name} must be a probability in [0, 1)")

@@ -1,0 +1,88 @@
+r"""
+# Transformer-XL decoder layers
+
+Each layer is attention over the memory and the segment (`dec_attn`) followed by the position-wise
+feed-forward network (`pos_ff`), both with residual connections and layer normalisation.
+One class per attention type, as in the original, so parameter names match its checkpoints:
+
+* `RelPartialLearnableDecoderLayer`: `attn_type` 0, the paper's relative attention;
+* `RelLearnableDecoderLayer`: `attn_type` 1, learned relative embeddings;
+* `DecoderLayer`: `attn_type` 2 and 3, absolute positions added to the inputs by the model.
+"""
+from typing import Optional
+
+import torch
+from torch import nn
+
+from .multi_head_attn import MultiHeadAttn
+from .positionwise_ff import PositionwiseFF
+from .rel_learnable_attn import RelLearnableMultiHeadAttn
+from .rel_partial_learnable_attn import RelPartialLearnableMultiHeadAttn
+
+
+class RelPartialLearnableDecoderLayer(nn.Module):
+    """
+    Args:
+        n_head, d_model, d_head: attention sizes; d_inner: hidden features of the feed-forward network;
+        dropout, dropatt: dropout on outputs and on attention weights; pre_lnorm: pre-LN instead of post-LN;
+        untie_r: the layer owns its $u$, $v$ biases.
+
+    Shape:
+        see `RelPartialLearnableMultiHeadAttn`; output `[qlen, bsz, d_model]`.
+    """
+
+    def __init__(self, n_head: int, d_model: int, d_head: int, d_inner: int, dropout: float,
+                 dropatt: float = 0.0, pre_lnorm: bool = False, untie_r: bool = False):
+        super().__init__()
+        self.dec_attn = RelPartialLearnableMultiHeadAttn(n_head, d_model, d_head, dropout, dropatt=dropatt,
+                                                         pre_lnorm=pre_lnorm, untie_r=untie_r)
+        self.pos_ff = PositionwiseFF(d_model, d_inner, dropout, pre_lnorm=pre_lnorm)
+
+    def forward(self, dec_inp: torch.Tensor, r: torch.Tensor, r_w_bias: Optional[torch.Tensor] = None,
+                r_r_bias: Optional[torch.Tensor] = None, dec_attn_mask: Optional[torch.Tensor] = None,
+                mems: Optional[torch.Tensor] = None) -> torch.Tensor:
+        output = self.dec_attn(dec_inp, r, r_w_bias, r_r_bias, attn_mask=dec_attn_mask, mems=mems)
+        return self.pos_ff(output)
+
+
+class RelLearnableDecoderLayer(nn.Module):
+    """
+    Args:
+        as `RelPartialLearnableDecoderLayer`, without `untie_r` (the biases are per layer already).
+
+    Shape:
+        see `RelLearnableMultiHeadAttn`; output `[qlen, bsz, d_model]`.
+    """
+
+    def __init__(self, n_head: int, d_model: int, d_head: int, d_inner: int, dropout: float,
+                 dropatt: float = 0.0, pre_lnorm: bool = False):
+        super().__init__()
+        self.dec_attn = RelLearnableMultiHeadAttn(n_head, d_model, d_head, dropout, dropatt=dropatt,
+                                                  pre_lnorm=pre_lnorm)
+        self.pos_ff = PositionwiseFF(d_model, d_inner, dropout, pre_lnorm=pre_lnorm)
+
+    def forward(self, dec_inp: torch.Tensor, r_emb: torch.Tensor, r_w_bias: torch.Tensor, r_bias: torch.Tensor,
+                dec_attn_mask: Optional[torch.Tensor] = None, mems: Optional[torch.Tensor] = None) -> torch.Tensor:
+        output = self.dec_attn(dec_inp, r_emb, r_w_bias, r_bias, attn_mask=dec_attn_mask, mems=mems)
+        return self.pos_ff(output)
+
+
+class DecoderLayer(nn.Module):
+    """
+    Args:
+        as `RelLearnableDecoderLayer`.
+
+    Shape:
+        see `MultiHeadAttn`; output `[qlen, bsz, d_model]`.
+    """
+
+    def __init__(self, n_head: int, d_model: int, d_head: int, d_inner: int, dropout: float,
+                 dropatt: float = 0.0, pre_lnorm: bool = False):
+        super().__init__()
+        self.dec_attn = MultiHeadAttn(n_head, d_model, d_head, dropout, dropatt=dropatt, pre_lnorm=pre_lnorm)
+        self.pos_ff = PositionwiseFF(d_model, d_inner, dropout, pre_lnorm=pre_lnorm)
+
+    def forward(self, dec_inp: torch.Tensor, dec_attn_mask: Optional[torch.Tensor] = None,
+                mems: Optional[torch.Tensor] = None) -> torch.Tensor:
+        output = self.dec_attn(dec_inp, attn_mask=dec_attn_mask, mems=mems)
+        return self.pos_ff(output)

@@ -1,0 +1,464 @@
+r"""
+# Transformer-XL language model with segment-level recurrence
+
+From *Transformer-XL: Attentive Language Models Beyond a Fixed-Length Context* (Dai et al., 2019).
+A text is read in segments of `tgt_len` tokens. Each layer $n$ attends over its own segment *and* a memory of
+up to `mem_len` hidden states of the layer below from earlier segments, kept without gradient:
+
+$$\tilde{h}^{n-1}_{\tau+1} = [\mathop{SG}(m^{n-1}_{\tau}) \circ h^{n-1}_{\tau+1}], \qquad
+  h^n_{\tau+1} = \mathop{Layer}^n(\text{queries } h^{n-1}_{\tau+1}, \text{keys and values } \tilde{h}^{n-1}_{\tau+1})$$
+
+so information flows $N \times$ `mem_len` tokens back through $N$ layers, and evaluation reuses the memory
+instead of recomputing a sliding window. Relative positions (`attn_type` 0) make this possible: a cached
+state carries no absolute position that would clash with the next segment's.
+
+## Memories
+
+`model(data, target, *mems)` returns `[loss, *new_mems]`: `n_layer + 1` tensors `[mlen, bsz, d_model]`,
+the inputs of every layer (the dropped-out word embeddings first, then each layer's output; the last
+layer's output is cached too, as in the original, though no layer reads it). After a segment of `qlen`
+inputs over a memory of `mlen`, the concatenation `[memory, segment]` is cut to
+`[beg, end)` with the original's rule
+
+$$\mathit{end} = \mathit{qlen} + \max(0, \mathit{mlen} - \mathit{ext\_len}), \qquad
+  \mathit{beg} = \max(0, \mathit{end} - \mathit{mem\_len})$$
+
+(the original's comment means `mlen + max(0, qlen - ext_len)`; its call swaps the two lengths. Both agree
+whenever `mlen >= ext_len`, so with `ext_len == 0` always; they differ on a first segment with `ext_len > 0`,
+where the original keeps the whole segment. The rule is kept so that its numbers reproduce.)
+
+Memories never exceed `mem_len`, are detached (no autograd graph) and are only read: no later segment changes
+a returned tensor in place. For the absolute attention types 2 and 3 they hold the layer inputs **without**
+position embeddings; the embeddings of the positions a memory takes in the current window are added to a new
+tensor at every use. (The original added them in place into the cached tensors, counting them again at
+every segment; its reference files for 2 and 3 use no memory.)
+
+## Positions by attention type
+
+* `0`: the paper's relative attention, sinusoidal $R$ of distances `klen - 1 .. 0` (clipped at `clamp_len`),
+  biases $u$ = `r_w_bias`, $v$ = `r_r_bias` shared by all layers (per layer with `untie_r=True`).
+* `1`: learned relative embeddings `r_emb` `[n_layer, max_klen, n_head, d_head]`, biases `r_bias`
+  `[n_layer, max_klen, n_head]` and `r_w_bias` `[n_layer, n_head, d_head]`; `max_klen = tgt_len + ext_len + mem_len`.
+* `2`: absolute sinusoidal embeddings of the window position counted back from its last token
+  (`klen - 1 .. 0`), added to the input of the first layer.
+* `3`: learned absolute embeddings `r_emb` `[n_layer, max_klen, n_head, d_head]` (needs
+  `n_head * d_head == d_model`), added to the input of every layer.
+
+With `same_length`, every query attends to the same number (`mem_len`) of keys, as the paper's evaluation does.
+"""
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..errors import require_positive_int
+from ..relative_attention import relative_distances
+from .adaptive_embedding import AdaptiveEmbedding
+from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
+from .checks import check_cutoffs, check_lengths, check_probability, check_tokens
+from .init import check_init, init_weights
+from .layers import DecoderLayer, RelLearnableDecoderLayer, RelPartialLearnableDecoderLayer
+from .log_uniform_sampler import LogUniformSampler, sample_logits
+from .positional_embedding import PositionalEmbedding
+from .rel_learnable_attn import last_rows
+
+ATTN_TYPES = (0, 1, 2, 3)
+
+
+class MemTransformerLM(nn.Module):
+    """
+    The Transformer-XL language model: the original's constructor, calling convention and parameter names.
+
+    Args:
+        n_token: vocabulary size.
+        n_layer: number of layers.
+        n_head: number of attention heads.
+        d_model: features of the hidden states.
+        d_head: features per head.
+        d_inner: hidden features of the feed-forward networks.
+        dropout: dropout on embeddings, positions, attention outputs, feed-forward networks and the last layer.
+        dropatt: dropout on the attention weights.
+        tie_weight: share the output layers' weights with the input embeddings.
+        d_embed: features of the (first cluster of the) embeddings; `d_model` when None.
+        div_val: the adaptive embedding/softmax divides the features by this from one cluster to the next.
+        tie_projs: per cluster (`len(cutoffs) + 1` booleans), share the softmax projection with the
+            embedding projection; the default `[False]` ties none.
+        pre_lnorm: layer normalisation before attention and feed-forward (pre-LN) instead of after.
+        tgt_len, ext_len, mem_len: segment length, extended context and memory length
+            (`ext_len`/`mem_len` None mean 0; `tgt_len` may be None for `attn_type` 0 and 2).
+        cutoffs: cluster boundaries of the adaptive embedding and softmax; `[]` for a plain softmax.
+        adapt_inp: kept for the original's signature (it did not use it).
+        same_length: every query attends to the same number of keys (`mem_len`).
+        attn_type: 0 relative (the paper), 1 learned relative, 2 absolute sinusoidal, 3 learned absolute.
+        clamp_len: clip distances (types 0, 2) or the learned table (type 1) at this length; `<= 0` for none.
+        sample_softmax: `> 0` trains with a sampled softmax over that many (times 2) log-uniform draws
+            (and evaluates with the full softmax of `out_layer`); `<= 0` uses the adaptive softmax `crit`.
+        untie_r: (new) per-layer $u$, $v$ biases for `attn_type` 0, stored as `layers.N.dec_attn.r_w_bias`
+            and `r_r_bias`, as the authors' TensorFlow code and their published WikiText-103 model have them.
+        init, init_range, init_std, proj_init_std: (new) the original's initialisation (`xl.init.init_weights`),
+            applied in the constructor.
+        round_scores_to_float32: (new) round the scaled scores of `attn_type` 0 to float32 before the softmax,
+            as the original does (`attn_score.float().masked_fill(...).type_as(attn_score)`). It changes
+            nothing in float32 or lower precision; in float64 it reproduces the original's numbers to the last
+            bits (the reference tests use it) at the cost of float32 rounding. Off by default.
+
+    Shape:
+        `data` `[qlen, bsz]` token ids; `target` `[tgt_len, bsz]` with `tgt_len <= qlen` (the last `tgt_len`
+        inputs are scored); memories `n_layer + 1` tensors `[mlen, bsz, d_model]`; loss `[tgt_len, bsz]`,
+        in position order.
+    """
+
+    def __init__(self, n_token: int, n_layer: int, n_head: int, d_model: int, d_head: int, d_inner: int,
+                 dropout: float, dropatt: float, tie_weight: bool = True, d_embed: Optional[int] = None,
+                 div_val: int = 1, tie_projs: Sequence[bool] = (False,), pre_lnorm: bool = False,
+                 tgt_len: Optional[int] = None, ext_len: Optional[int] = None, mem_len: Optional[int] = None,
+                 cutoffs: Sequence[int] = (), adapt_inp: bool = False, same_length: bool = False,
+                 attn_type: int = 0, clamp_len: int = -1, sample_softmax: int = -1, *,
+                 untie_r: bool = False, init: str = 'normal', init_range: float = 0.1, init_std: float = 0.02,
+                 proj_init_std: float = 0.01, round_scores_to_float32: bool = False):
+        super().__init__()
+        for name, value in (('n_token', n_token), ('n_layer', n_layer), ('n_head', n_head),
+                            ('d_model', d_model), ('d_head', d_head), ('d_inner', d_inner)):
+            require_positive_int(name, value)
+        check_probability('dropout', dropout)
+        check_probability('dropatt', dropatt)
+        if attn_type not in ATTN_TYPES:
+            raise ValueError(f"attn_type={attn_type!r} is not accepted: 0 (relative, the paper's), "
+                             f"1 (learned relative), 2 (absolute sinusoidal) or 3 (learned absolute)")
+        if attn_type in (0, 2) and d_model % 2 != 0:
+            raise ValueError(f"d_model={d_model} is not accepted with attn_type={attn_type}: its sinusoidal "
+                             f"position embeddings pair a sine and a cosine per frequency, so d_model must be even")
+        if attn_type == 3 and n_head * d_head != d_model:
+            raise ValueError(f"n_head * d_head = {n_head} * {d_head} = {n_head * d_head} is not accepted with "
+                             f"attn_type=3: its learned embeddings [n_head, d_head] are added to the "
+                             f"[.., d_model={d_model}] inputs, so n_head * d_head must equal d_model")
+        d_embed = d_model if d_embed is None else d_embed
+        require_positive_int('d_embed', d_embed)
+        require_positive_int('div_val', div_val)
+        cutoffs = check_cutoffs(cutoffs, n_token)
+        tie_projs = list(tie_projs) if tie_projs is not None else [False]
+        if len(tie_projs) != len(cutoffs) + 1 and tie_projs != [False]:
+            raise ValueError(f"tie_projs={tie_projs!r} is not accepted: expected one boolean per cluster, "
+                             f"len(cutoffs) + 1 = {len(cutoffs) + 1} of them for cutoffs={cutoffs} "
+                             f"(or the default [False], tying none)")
+        ext_len = 0 if ext_len is None else ext_len
+        mem_len = 0 if mem_len is None else mem_len
+        check_lengths(tgt_len, ext_len, mem_len, allow_none_tgt=attn_type in (0, 2))
+        self._check_same_length(same_length, mem_len)
+        if isinstance(clamp_len, bool) or not isinstance(clamp_len, int):
+            raise ValueError(f"clamp_len={clamp_len!r} is not accepted: an integer (<= 0 for no clipping)")
+        if isinstance(sample_softmax, bool) or not isinstance(sample_softmax, int):
+            raise ValueError(f"sample_softmax={sample_softmax!r} is not accepted: an integer (<= 0 for none)")
+        if sample_softmax > 0 and tie_weight and (div_val != 1 or d_embed != d_model):
+            raise ValueError(f"sample_softmax={sample_softmax} with tie_weight=True is not accepted with "
+                             f"div_val={div_val}, d_embed={d_embed}, d_model={d_model}: the output layer "
+                             f"[n_token, d_model] shares the single embedding table, which needs div_val=1 "
+                             f"and d_embed=d_model")
+        if untie_r and attn_type != 0:
+            raise ValueError(f"untie_r=True is not accepted with attn_type={attn_type}: it unties the u, v "
+                             f"biases of attn_type 0 (type 1 has per-layer biases already, 2 and 3 have none)")
+        check_init(init, init_range, init_std, proj_init_std)
+
+        self.n_token = n_token
+        self.d_embed = d_embed
+        self.d_model = d_model
+        self.n_head = n_head
+        self.d_head = d_head
+        self.n_layer = n_layer
+        self.cutoffs = cutoffs
+        self.div_val = div_val
+        self.tie_weight = tie_weight
+        self.adapt_inp = adapt_inp
+        self.untie_r = untie_r
+
+        self.word_emb = AdaptiveEmbedding(n_token, d_embed, d_model, cutoffs, div_val=div_val)
+        self.drop = nn.Dropout(dropout)
+
+        self.tgt_len = tgt_len
+        self.mem_len = mem_len
+        self.ext_len = ext_len
+        # Length of the learned tables of attention types 1 and 3
+        self.max_klen = (tgt_len or 0) + ext_len + mem_len
+
+        self.attn_type = attn_type
+        self.layers = nn.ModuleList()
+        for _ in range(n_layer):
+            if attn_type == 0:
+                layer = RelPartialLearnableDecoderLayer(n_head, d_model, d_head, d_inner, dropout, dropatt=dropatt,
+                                                        pre_lnorm=pre_lnorm, untie_r=untie_r)
+                layer.dec_attn.round_scores_to_float32 = round_scores_to_float32
+            elif attn_type == 1:
+                layer = RelLearnableDecoderLayer(n_head, d_model, d_head, d_inner, dropout, dropatt=dropatt,
+                                                 pre_lnorm=pre_lnorm)
+            else:
+                layer = DecoderLayer(n_head, d_model, d_head, d_inner, dropout, dropatt=dropatt, pre_lnorm=pre_lnorm)
+            self.layers.append(layer)
+
+        self.sample_softmax = sample_softmax
+        if sample_softmax > 0:
+            # Full-vocabulary output layer, trained through the sampled softmax
+            self.out_layer = nn.Linear(d_model, n_token)
+            if tie_weight:
+                self.out_layer.weight = self.word_emb.emb_layers[0].weight
+            self.sampler = LogUniformSampler(n_token, sample_softmax)
+        else:
+            self.crit = ProjectedAdaptiveLogSoftmax(n_token, d_embed, d_model, cutoffs, div_val=div_val)
+            if tie_weight:
+                for i in range(len(self.crit.out_layers)):
+                    self.crit.out_layers[i].weight = self.word_emb.emb_layers[i].weight
+            for i, tie_proj in enumerate(tie_projs):
+                if tie_proj and div_val == 1 and d_model != d_embed:
+                    self.crit.out_projs[i] = self.word_emb.emb_projs[0]
+                elif tie_proj and div_val != 1:
+                    self.crit.out_projs[i] = self.word_emb.emb_projs[i]
+
+        self.same_length = same_length
+        self.clamp_len = clamp_len
+        self._create_params()
+        init_weights(self, init=init, init_range=init_range, init_std=init_std, proj_init_std=proj_init_std)
+
+    def _create_params(self):
+        if self.attn_type == 0:
+            self.pos_emb = PositionalEmbedding(self.d_model)
+            if not self.untie_r:
+                # $u$ and $v$, shared by all layers
+                self.r_w_bias = nn.Parameter(torch.empty(self.n_head, self.d_head))
+                self.r_r_bias = nn.Parameter(torch.empty(self.n_head, self.d_head))
+        elif self.attn_type == 1:
+            self.r_emb = nn.Parameter(torch.empty(self.n_layer, self.max_klen, self.n_head, self.d_head))
+            self.r_w_bias = nn.Parameter(torch.empty(self.n_layer, self.n_head, self.d_head))
+            self.r_bias = nn.Parameter(torch.empty(self.n_layer, self.max_klen, self.n_head))
+        elif self.attn_type == 2:
+            self.pos_emb = PositionalEmbedding(self.d_model)
+        else:
+            self.r_emb = nn.Parameter(torch.empty(self.n_layer, self.max_klen, self.n_head, self.d_head))
+
+    @staticmethod
+    def _check_same_length(same_length: bool, mem_len: int) -> None:
+        if same_length and mem_len == 0:
+            raise ValueError("same_length=True is not accepted with mem_len=0: every query attends to exactly "
+                             "mem_len keys, so mem_len must be at least 1 (or same_length False)")
+
+    def reset_length(self, tgt_len: int, ext_len: int, mem_len: int) -> None:
+        """Change the segment, extended-context and memory lengths (e.g. a longer memory for evaluation)."""
+        check_lengths(tgt_len, ext_len, mem_len)
+        self._check_same_length(self.same_length, mem_len)
+        self.tgt_len = tgt_len
+        self.mem_len = mem_len
+        self.ext_len = ext_len
+
+    def init_mems(self, bsz: Optional[int] = None) -> Optional[List[torch.Tensor]]:
+        """Empty memories (`n_layer + 1` tensors, `[0, bsz, d_model]`, or `[0]` as the original when `bsz`
+        is not given), or None when `mem_len` is 0."""
+        if self.mem_len == 0:
+            return None
+        param = self.word_emb.emb_layers[0].weight
+        shape = (0,) if bsz is None else (0, bsz, self.d_model)
+        return [torch.empty(shape, dtype=param.dtype, device=param.device) for _ in range(self.n_layer + 1)]
+
+    # -- checks at the point of entry --
+
+    def _check_mems(self, mems: Optional[Sequence[torch.Tensor]], bsz: int) -> Optional[List[torch.Tensor]]:
+        """The memories as a list (None when none were given), or an exception naming what is wrong."""
+        if mems is None or len(mems) == 0:
+            return None
+        mems = list(mems)
+        if len(mems) != self.n_layer + 1:
+            raise ValueError(f"{len(mems)} memories are not accepted: expected n_layer + 1 = {self.n_layer + 1} "
+                             f"tensors [mlen, bsz, d_model] (the input of every layer and the last output), "
+                             f"as returned by the previous segment, or none")
+        mlen = None
+        for i, m in enumerate(mems):
+            if not isinstance(m, torch.Tensor):
+                raise TypeError(f"mems[{i}] must be a tensor [mlen, bsz, d_model], got {type(m).__name__}")
+            if m.dim() == 1 and m.numel() == 0:
+                m_len = 0
+            elif m.dim() != 3 or m.shape[2] != self.d_model:
+                raise ValueError(f"mems[{i}] of shape {list(m.shape)} is not accepted: expected "
+                                 f"[mlen, bsz, d_model] with d_model={self.d_model}")
+            elif m.shape[1] != bsz:
+                raise ValueError(f"mems[{i}] has batch size {m.shape[1]} but data has batch size {bsz}: "
+                                 f"memories must come from a batch of the same size; accepted: "
+                                 f"[mlen, {bsz}, {self.d_model}], or no memories (a new stream)")
+            else:
+                m_len = m.shape[0]
+            if mlen is None:
+                mlen = m_len
+            elif m_len != mlen:
+                raise ValueError(f"mems[{i}] has length {m_len} but mems[0] has {mlen}: all memories must "
+                                 f"have the same length")
+        return mems
+
+    def _check_inputs(self, data: torch.Tensor, mems) -> Optional[List[torch.Tensor]]:
+        check_tokens('data', data, self.n_token)
+        mems = self._check_mems(mems, data.shape[1])
+        if mems is None:
+            mems = self.init_mems(data.shape[1])
+        return mems
+
+    # -- the model --
+
+    def _attn_mask(self, qlen: int, mlen: int, device: torch.device) -> torch.Tensor:
+        """`[qlen, klen, 1]`, True where query $i$ may not see key $j$."""
+        klen = mlen + qlen
+        ones = torch.ones(qlen, klen, dtype=torch.bool, device=device)
+        # The future: $j > m + i$
+        mask = torch.triu(ones, diagonal=1 + mlen)
+        if self.same_length:
+            # Also keys more than `mem_len` before the query, so every query sees the same number
+            mask_len = klen - self.mem_len
+            mask_shift_len = qlen - mask_len if mask_len > 0 else qlen
+            mask = mask | torch.tril(ones, diagonal=-mask_shift_len)
+        return mask[:, :, None]
+
+    def _positions(self, qlen: int, klen: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """Sinusoidal embeddings of `klen - 1 .. 0` (clipped at `clamp_len`), `[klen, 1, d_model]`."""
+        # Positions are exact integers only in float32 or float64
+        pos_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+        pos_seq = relative_distances(qlen, klen, bidirectional=False, clamp_len=self.clamp_len,
+                                     dtype=pos_dtype, device=device)
+        return self.pos_emb(pos_seq).to(dtype)
+
+    def _forward(self, dec_inp: torch.Tensor, mems: Optional[List[torch.Tensor]]
+                 ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+        qlen, bsz = dec_inp.shape
+        word_emb = self.word_emb(dec_inp)
+        mlen = mems[0].shape[0] if mems is not None and mems[0].dim() == 3 else 0
+        klen = mlen + qlen
+        dec_attn_mask = self._attn_mask(qlen, mlen, word_emb.device)
+
+        def layer_mems(i: int) -> Optional[torch.Tensor]:
+            return mems[i] if mlen > 0 else None
+
+        core_out = self.drop(word_emb)
+        # The inputs of every layer, to be cached
+        hids = [core_out]
+        if self.attn_type == 0:
+            pos_emb = self.drop(self._positions(qlen, klen, word_emb.dtype, word_emb.device))
+            for i, layer in enumerate(self.layers):
+                core_out = layer(core_out, pos_emb, None if self.untie_r else self.r_w_bias,
+                                 None if self.untie_r else self.r_r_bias,
+                                 dec_attn_mask=dec_attn_mask, mems=layer_mems(i))
+                hids.append(core_out)
+        elif self.attn_type == 1:
+            for i, layer in enumerate(self.layers):
+                if self.clamp_len > 0:
+                    r_emb, r_bias = self.r_emb[i][-self.clamp_len:], self.r_bias[i][-self.clamp_len:]
+                else:
+                    r_emb, r_bias = self.r_emb[i], self.r_bias[i]
+                core_out = layer(core_out, r_emb, self.r_w_bias[i], r_bias,
+                                 dec_attn_mask=dec_attn_mask, mems=layer_mems(i))
+                hids.append(core_out)
+        elif self.attn_type == 2:
+            pos_emb = self.drop(self._positions(qlen, klen, word_emb.dtype, word_emb.device))
+            for i, layer in enumerate(self.layers):
+                mems_i = layer_mems(i)
+                if i == 0:
+                    # Positions of the window, added to new tensors: the cache stays position-free
+                    layer_in = core_out + pos_emb[mlen:]
+                    mems_i = None if mems_i is None else mems_i + pos_emb[:mlen]
+                else:
+                    layer_in = core_out
+                core_out = layer(layer_in, dec_attn_mask=dec_attn_mask, mems=mems_i)
+                hids.append(core_out)
+        else:
+            for i, layer in enumerate(self.layers):
+                # Learned embeddings of the `klen` window positions, `[klen, 1, d_model]`
+                table = last_rows(self.r_emb[i], klen).reshape(klen, 1, self.d_model)
+                mems_i = layer_mems(i)
+                mems_i = None if mems_i is None else mems_i + table[:mlen]
+                core_out = layer(core_out + table[mlen:], dec_attn_mask=dec_attn_mask, mems=mems_i)
+                hids.append(core_out)
+
+        core_out = self.drop(core_out)
+        new_mems = self._update_mems(hids, mems, qlen, mlen)
+        return core_out, new_mems
+
+    def _update_mems(self, hids: List[torch.Tensor], mems: Optional[List[torch.Tensor]], qlen: int,
+                     mlen: int) -> List[torch.Tensor]:
+        """The memories for the next segment: `[memory, segment][beg:end]` of every layer input, detached."""
+        if mems is None or self.mem_len == 0:
+            return []
+        with torch.no_grad():
+            # The original's rule (see the module docstring)
+            end_idx = qlen + max(0, mlen - self.ext_len)
+            beg_idx = max(0, end_idx - self.mem_len)
+            new_mems = []
+            for m, h in zip(mems, hids):
+                cat = h if mlen == 0 else torch.cat([m, h], dim=0)
+                new_mems.append(cat[beg_idx:end_idx].detach())
+        return new_mems
+
+    def forward(self, data: torch.Tensor, target: torch.Tensor, *mems: torch.Tensor) -> List[torch.Tensor]:
+        """
+        The original's calling convention: `[loss, *new_mems]`, loss `[tgt_len, bsz]` in position order
+        (`new_mems` empty when `mem_len` is 0). In training with `sample_softmax > 0` the loss is the sampled
+        softmax's; otherwise the full (adaptive) softmax's negative log-likelihood.
+        """
+        mems = self._check_inputs(data, mems)
+        check_tokens('target', target, self.n_token)
+        if target.shape[1] != data.shape[1] or target.shape[0] > data.shape[0]:
+            raise ValueError(f"target of shape {list(target.shape)} is not accepted with data of shape "
+                             f"{list(data.shape)}: expected [tgt_len, {data.shape[1]}] with "
+                             f"1 <= tgt_len <= {data.shape[0]} (the last tgt_len inputs are scored)")
+        tgt_len = target.shape[0]
+        hidden, new_mems = self._forward(data, mems)
+        pred_hid = hidden[-tgt_len:]
+        if self.sample_softmax > 0 and self.training:
+            logit = sample_logits(self.out_layer.weight, self.out_layer.bias, target, pred_hid, self.sampler)
+            # $-\log$ of the true class's share among it and the samples
+            loss = -F.log_softmax(logit, -1)[:, :, 0]
+        elif self.sample_softmax > 0:
+            loss = -self.hidden_to_log_probs(pred_hid).gather(2, target[:, :, None]).squeeze(2)
+        else:
+            loss = self.crit(pred_hid.reshape(-1, pred_hid.shape[-1]), target.reshape(-1)).view(tgt_len, -1)
+        return [loss] + new_mems
+
+    # -- the clean API for new code --
+
+    def forward_hidden(self, data: torch.Tensor, mems: Optional[Sequence[torch.Tensor]] = None
+                       ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+        """
+        Hidden states of the last layer and the memories for the next segment.
+
+        Shape:
+            `data` `[qlen, bsz]`; `mems` as returned before (None or `[]` for a new stream); returns
+            `hidden` `[qlen, bsz, d_model]` and `n_layer + 1` memories (`[]` when `mem_len` is 0).
+        """
+        mems = self._check_inputs(data, mems)
+        return self._forward(data, mems)
+
+    def hidden_to_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Full-vocabulary log-probabilities `[..., n_token]` of hidden states `[..., d_model]`
+        (the adaptive softmax's when `sample_softmax <= 0`, else the full softmax of `out_layer`)."""
+        flat = hidden.reshape(-1, hidden.shape[-1])
+        if self.sample_softmax > 0:
+            log_probs = F.log_softmax(self.out_layer(flat), dim=-1)
+        else:
+            log_probs = self.crit.log_prob(flat)
+        return log_probs.view(*hidden.shape[:-1], self.n_token)
+
+    def log_probs(self, data: torch.Tensor, mems: Optional[Sequence[torch.Tensor]] = None
+                  ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+        """
+        $\\log p(x_{t+1} = w \\mid x_{\\le t})$ for every position and word, and the new memories: for
+        evaluation and generation. `log_probs[t, b, target[t, b]] == -loss[t, b]`.
+
+        Shape:
+            `data` `[qlen, bsz]`; returns `[qlen, bsz, n_token]` and the memories (see `forward_hidden`).
+        """
+        hidden, new_mems = self.forward_hidden(data, mems)
+        return self.hidden_to_log_probs(hidden), new_mems
+
+    def logits(self, data: torch.Tensor, mems: Optional[Sequence[torch.Tensor]] = None
+               ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+        """
+        Unnormalised scores whose softmax is the model's next-word distribution, `[qlen, bsz, n_token]`,
+        and the new memories. The plain softmax's logits; with clusters (the adaptive softmax has no single
+        logit per word) they are the log-probabilities, which have the same softmax.
+        """
+        hidden, new_mems = self.forward_hidden(data, mems)
+        flat = hidden.reshape(-1, hidden.shape[-1])
+        scores = self.out_layer(flat) if self.sample_softmax > 0 else self.crit.logits(flat)
+        return scores.view(*hidden.shape[:-1], self.n_token), new_mems

@@ -1,0 +1,50 @@
+r"""
+# Position-wise feed-forward network
+
+$$FFN(x) = \max(0, x W_1 + b_1) W_2 + b_2$$
+
+applied to every position alone, with dropout after the activation and after the second layer, and a
+residual connection with layer normalisation: after the sum (post-LN, the paper's default,
+$\mathop{LN}(x + FFN(x))$) or before the network (`pre_lnorm`, $x + FFN(\mathop{LN}(x))$).
+The layers sit in `CoreNet` at indices 0 and 3, as in the original, so its checkpoints load.
+"""
+import torch
+from torch import nn
+
+
+class PositionwiseFF(nn.Module):
+    """
+    Args:
+        d_model: number of input and output features.
+        d_inner: number of hidden features.
+        dropout: dropout after the activation and after the second layer.
+        pre_lnorm: layer-normalise the input instead of the residual sum.
+
+    Shape:
+        `inp` `[seq, batch, d_model]`; output the same.
+    """
+
+    def __init__(self, d_model: int, d_inner: int, dropout: float, pre_lnorm: bool = False):
+        super().__init__()
+        self.d_model = d_model
+        self.d_inner = d_inner
+        self.dropout = dropout
+        self.CoreNet = nn.Sequential(
+            # $x W_1 + b_1$
+            nn.Linear(d_model, d_inner),
+            # $\max(0, \cdot)$
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            # $\cdot W_2 + b_2$
+            nn.Linear(d_inner, d_model),
+            nn.Dropout(dropout),
+        )
+        self.layer_norm = nn.LayerNorm(d_model)
+        self.pre_lnorm = pre_lnorm
+
+    def forward(self, inp: torch.Tensor) -> torch.Tensor:
+        if self.pre_lnorm:
+            # $x + FFN(\mathop{LN}(x))$
+            return inp + self.CoreNet(self.layer_norm(inp))
+        # $\mathop{LN}(x + FFN(x))$
+        return self.layer_norm(inp + self.CoreNet(inp))

@@ -1,0 +1,225 @@
+"""
+The shared relative-attention math (`labml_txl.relative_attention`) and `RelativeMultiHeadAttention`,
+against index-based and naive per-pair computations.
+"""
+import math
+
+import pytest
+import torch
+
+from labml_txl.attention_mask import subsequent_mask
+from labml_txl.relative_attention import (masked_softmax, relative_attention_scores, relative_distances,
+                                          relative_shift)
+from labml_txl.relative_mha import RelativeMultiHeadAttention
+
+
+def gather_shift(x: torch.Tensor) -> torch.Tensor:
+    """`out[i, j] = x[i, j + qlen - 1 - i]` by explicit indexing (NaN where that index is past the table)."""
+    qlen, rlen = x.shape[:2]
+    out = torch.full_like(x, float('nan'))
+    for i in range(qlen):
+        for j in range(rlen):
+            s = j + qlen - 1 - i
+            if s < rlen:
+                out[i, j] = x[i, s]
+    return out
+
+
+@pytest.mark.parametrize('qlen,klen', [(1, 1), (3, 3), (3, 7), (5, 9), (4, 4)])
+def test_shift_decoder_table_matches_gather(qlen, klen):
+    """Table of `klen` distances `klen - 1 .. 0`: exact for every key `j <= mlen + i` (the causal part)."""
+    torch.manual_seed(0)
+    x = torch.randn(qlen, klen, 2, 3, dtype=torch.float64)
+    shifted, expected = relative_shift(x), gather_shift(x)
+    mlen = klen - qlen
+    for i in range(qlen):
+        torch.testing.assert_close(shifted[i, :mlen + i + 1], expected[i, :mlen + i + 1], atol=0, rtol=0)
+
+
+@pytest.mark.parametrize('qlen,klen', [(1, 1), (3, 3), (3, 7), (5, 9), (6, 2)])
+def test_shift_encoder_table_matches_gather(qlen, klen):
+    """Table of `klen + qlen - 1` distances down to `-(qlen - 1)`: exact for every key of every query."""
+    torch.manual_seed(1)
+    x = torch.randn(qlen, klen + qlen - 1, 2, 3, dtype=torch.float64)
+    shifted = relative_shift(x)[:, :klen]
+    expected = gather_shift(x)[:, :klen]
+    assert not expected.isnan().any()
+    torch.testing.assert_close(shifted, expected, atol=0, rtol=0)
+
+
+def test_relative_distances():
+    assert relative_distances(3, 5, bidirectional=False).tolist() == [4, 3, 2, 1, 0]
+    assert relative_distances(3, 5, bidirectional=True).tolist() == [4, 3, 2, 1, 0, -1, -2]
+    assert relative_distances(3, 5, bidirectional=True, clamp_len=2).tolist() == [2, 2, 2, 1, 0, -1, -2]
+    assert relative_distances(2, 5, bidirectional=False, clamp_len=3).tolist() == [3, 3, 2, 1, 0]
+
+
+def test_decoder_scores_are_the_four_terms():
+    """`relative_attention_scores` with a decoder table equals (a)+(b)+(c)+(d) pair by pair, j <= m + i."""
+    torch.manual_seed(2)
+    qlen, klen, bsz, heads, d = 3, 7, 2, 2, 4
+    mlen = klen - qlen
+    q = torch.randn(qlen, bsz, heads, d, dtype=torch.float64)
+    k = torch.randn(klen, bsz, heads, d, dtype=torch.float64)
+    r = torch.randn(klen, heads, d, dtype=torch.float64)      # entry s: distance klen - 1 - s
+    u = torch.randn(heads, d, dtype=torch.float64)
+    v = torch.randn(heads, d, dtype=torch.float64)
+    scores = relative_attention_scores(q, k, r, u, v)
+    for i in range(qlen):
+        for j in range(mlen + i + 1):
+            r_ij = r[klen - 1 - (mlen + i - j)]
+            for b in range(bsz):
+                for n in range(heads):
+                    a = q[i, b, n] @ k[j, b, n]
+                    b_term = q[i, b, n] @ r_ij[n]
+                    c = u[n] @ k[j, b, n]
+                    d_term = v[n] @ r_ij[n]
+                    assert abs(scores[i, j, b, n].item() - (a + b_term + c + d_term).item()) < 1e-12
+
+
+def sinusoid(distance: float, d_model: int) -> torch.Tensor:
+    """$R_d$ computed from its definition: sines of every frequency, then cosines."""
+    half = d_model // 2
+    freqs = [1 / 10000 ** (2 * f / d_model) for f in range(half)]
+    return torch.tensor([math.sin(distance * w) for w in freqs] + [math.cos(distance * w) for w in freqs],
+                        dtype=torch.float64)
+
+
+def naive_relative_mha(mha: RelativeMultiHeadAttention, query, key, value, allowed):
+    """A_rel(i, j) = (a) + (b) + (c) + (d) for every pair in Python loops, then softmax, values, output."""
+    seq_q, bsz, d_model = query.shape
+    seq_k = key.shape[0]
+    h, dk = mha.heads, mha.d_k
+    wq, bq = mha.query.weight, mha.query.bias
+    wk, bk = mha.key.weight, mha.key.bias
+    wv, bv = mha.value.weight, mha.value.bias
+    wr = mha.r_net.weight
+    out = torch.zeros(seq_q, bsz, d_model, dtype=query.dtype)
+    for b in range(bsz):
+        for i in range(seq_q):
+            pos_i = seq_k - seq_q + i          # queries are the last seq_q of the seq_k positions
+            concat = []
+            for n in range(h):
+                sl = slice(n * dk, (n + 1) * dk)
+                q_i = wq[sl] @ query[i, b] + bq[sl]
+                u, v = mha.r_w_bias[n], mha.r_r_bias[n]
+                scores, values = [], []
+                for j in range(seq_k):
+                    k_j = wk[sl] @ key[j, b] + bk[sl]
+                    r_ij = wr[sl] @ sinusoid(pos_i - j, d_model)     # W_{k,R} R_{i-j}, j > i included
+                    a_rel = q_i @ k_j + q_i @ r_ij + u @ k_j + v @ r_ij
+                    if allowed is None or allowed[min(i, allowed.shape[0] - 1), j, min(b, allowed.shape[2] - 1)]:
+                        scores.append(a_rel / math.sqrt(dk))
+                        values.append(wv[sl] @ value[j, b] + bv[sl])
+                p = torch.softmax(torch.stack(scores), dim=0)
+                concat.append(sum(p_j * v_j for p_j, v_j in zip(p, values)))
+            out[i, b] = mha.output.weight @ torch.cat(concat) + mha.output.bias
+    return out
+
+
+def _mha(d_model=8, heads=2, seed=3):
+    torch.manual_seed(seed)
+    mha = RelativeMultiHeadAttention(heads, d_model, dropout_prob=0.0).double().eval()
+    with torch.no_grad():
+        mha.r_w_bias.normal_()
+        mha.r_r_bias.normal_()
+        for lin in (mha.query, mha.key, mha.value, mha.output):
+            lin.bias.normal_()
+    return mha
+
+
+@pytest.mark.parametrize('seq_q,seq_k,mask_kind', [
+    (4, 4, None),            # unmasked encoder self-attention: keys after the query are scored too
+    (3, 6, None),            # with memory: queries are the last 3 of 6 positions
+    (4, 4, 'causal'),        # decoder
+    (3, 6, 'causal_mem'),    # decoder with memory
+    (3, 5, 'batch'),         # a [seq_q, seq_k, batch] mask
+    (5, 2, None),            # fewer keys than queries
+])
+def test_relative_mha_matches_naive_double_loop(seq_q, seq_k, mask_kind):
+    mha = _mha()
+    bsz = 2
+    torch.manual_seed(4)
+    query = torch.randn(seq_q, bsz, 8, dtype=torch.float64)
+    key = torch.randn(seq_k, bsz, 8, dtype=torch.float64)
+    value = torch.randn(seq_k, bsz, 8, dtype=torch.float64)
+    if mask_kind is None:
+        mask = None
+    elif mask_kind == 'causal':
+        mask = subsequent_mask(seq_q)
+    elif mask_kind == 'causal_mem':
+        mlen = seq_k - seq_q
+        mask = torch.tril(torch.ones(seq_q, seq_k, dtype=torch.bool), diagonal=mlen)[:, :, None]
+    else:
+        mask = torch.rand(seq_q, seq_k, bsz, generator=torch.Generator().manual_seed(5)) > 0.4
+        mask[:, 0, :] = True
+    ours = mha(query=query, key=key, value=value, mask=mask)
+    expected = naive_relative_mha(mha, query, key, value, mask)
+    torch.testing.assert_close(ours, expected, atol=1e-10, rtol=0)
+
+
+def test_relative_mha_float32_matches_naive():
+    mha = _mha()
+    torch.manual_seed(6)
+    x = torch.randn(4, 2, 8, dtype=torch.float64)
+    expected = naive_relative_mha(mha, x, x, x, None)
+    ours = mha.float()(query=x.float(), key=x.float(), value=x.float())
+    torch.testing.assert_close(ours, expected.float(), atol=1e-5, rtol=0)
+
+
+def test_relative_mha_weights_and_drop_in_interface():
+    mha = _mha()
+    x = torch.randn(5, 3, 8, dtype=torch.float64)
+    out, weights = mha(query=x, key=x, value=x, mask=subsequent_mask(5), need_weights=True)
+    assert out.shape == (5, 3, 8) and weights.shape == (5, 5, 3, 2)
+    torch.testing.assert_close(weights.sum(1), torch.ones(5, 3, 2, dtype=torch.float64))
+    # causal: no weight on the future
+    assert (weights.permute(2, 3, 0, 1).triu(1) == 0).all()
+
+
+def test_relative_mha_is_the_configs_drop_in():
+    """Same constructor and forward keywords as MultiHeadAttention; same output shape for the same call."""
+    from labml_txl.mha import MultiHeadAttention
+    x = torch.randn(4, 2, 8)
+    for cls in (MultiHeadAttention, RelativeMultiHeadAttention):
+        m = cls(heads=2, d_model=8, dropout_prob=0.1, bias=True)
+        assert m(query=x, key=x, value=x, mask=subsequent_mask(4)).shape == (4, 2, 8)
+
+
+def test_fully_masked_row_is_finite():
+    mha = _mha()
+    x = torch.randn(3, 2, 8, dtype=torch.float64)
+    mask = torch.ones(3, 3, 2, dtype=torch.bool)
+    mask[1, :, 0] = False                     # query 1 of sequence 0 may attend to nothing
+    out, weights = mha(query=x, key=x, value=x, mask=mask, need_weights=True)
+    assert torch.isfinite(out).all()
+    assert (weights[1, :, 0] == 0).all()      # attends to nothing ...
+    torch.testing.assert_close(out[1, 0], mha.output.bias)   # ... so only the output bias is left
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        scores = torch.randn(3, 4, 2, 2).to(dtype)
+        masked = torch.zeros(3, 4, 2, dtype=torch.bool)
+        masked[0] = True
+        probs = masked_softmax(scores, masked)
+        assert probs.dtype == dtype and torch.isfinite(probs).all()
+        assert (probs[0] == 0).all()
+        torch.testing.assert_close(probs[1:].float().sum(1), torch.ones(2, 2, 2), atol=1e-2, rtol=0)
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+def test_masked_softmax_half_precision_large_scores(dtype):
+    """Scores near the dtype's limits with a causal mask: no overflow, no NaN, masked keys get zero."""
+    big = torch.finfo(dtype).max / 2
+    scores = torch.tensor([[big, -big, big / 4], [big, big, 0.0]], dtype=dtype)[:, :, None, None]
+    masked = torch.tensor([[False, True, True], [False, False, True]])
+    probs = masked_softmax(scores, masked)
+    assert torch.isfinite(probs).all()
+    assert probs[0, 0].item() == 1 and probs[0, 1:].eq(0).all() and probs[1, 2].item() == 0
+    torch.testing.assert_close(probs[1, :2].float().flatten(), torch.tensor([0.5, 0.5]))
+
+
+def test_relative_mha_bf16_forward_is_finite():
+    torch.manual_seed(7)
+    mha = RelativeMultiHeadAttention(4, 32, dropout_prob=0.0).to(torch.bfloat16)
+    x = (torch.randn(16, 2, 32) * 30).to(torch.bfloat16)
+    out = mha(query=x, key=x, value=x, mask=subsequent_mask(16))
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
