@@ -10,6 +10,7 @@ works here unchanged. Overrides are checked when they are given (see `config_val
 `python -m labml_txl.options_doc`.
 """
 import copy
+from typing import List, Optional
 
 from labml.configs import aggregate, calculate, option
 from torch import nn
@@ -17,6 +18,8 @@ from torch import nn
 from .config_validation import ValidatedConfigs
 from .feed_forward import FeedForward
 from .mha import MultiHeadAttention
+from .relative_mha import RelativeMultiHeadAttention
+from .xl import MemTransformerLM
 from .models import (Decoder, Encoder, EncoderDecoder, EmbeddingsWithLearnedPositionalEncoding,
                      EmbeddingsWithPositionalEncoding, Generator, TransformerLayer)
 
@@ -158,6 +161,16 @@ calculate(TransformerConfigs.decoder_attn, 'mha', _mha)
 calculate(TransformerConfigs.decoder_mem_attn, 'mha', _mha)
 
 
+def _relative_mha(c: TransformerConfigs):
+    """Transformer-XL's relative attention (`relative_mha.py`), the same score terms and shift as `xl/`"""
+    return RelativeMultiHeadAttention(c.n_heads, c.d_model, dropout_prob=c.dropout)
+
+
+calculate(TransformerConfigs.encoder_attn, 'relative', _relative_mha)
+calculate(TransformerConfigs.decoder_attn, 'relative', _relative_mha)
+calculate(TransformerConfigs.decoder_mem_attn, 'relative', _relative_mha)
+
+
 @option(TransformerConfigs.ffn, 'default')
 def _feed_forward_configs(c: TransformerConfigs):
     """Feed-forward configs that take `d_model` and `dropout` from the Transformer's"""
@@ -239,3 +252,130 @@ def _tgt_embed_without_positional(c: TransformerConfigs):
 def _encoder_decoder(c: TransformerConfigs):
     """The encoder-decoder of the modules above"""
     return EncoderDecoder(c.encoder, c.decoder, c.src_embed, c.tgt_embed, c.generator)
+
+
+class TransformerXLConfigs(ValidatedConfigs):
+    """
+    Configurations of Transformer-XL (`xl.MemTransformerLM`): every constructor keyword is an item, with the
+    defaults of the original `train.py`; `model` is built on first use. `attention` names the attention variant
+    and `preset` sets the hyperparameters of one of the original run scripts (`presets.md`).
+    """
+    # Vocabulary size; set by the corpus
+    n_token: int
+    n_layer: int = 12
+    n_head: int = 10
+    d_model: int = 500
+    d_head: int = 50
+    d_inner: int = 1000
+    dropout: float = 0.0
+    dropatt: float = 0.0
+    tie_weight: bool = True
+    # Embedding size; `None` for `d_model`
+    d_embed: Optional[int] = None
+    div_val: int = 1
+    # Which adaptive-softmax projections share the embedding's; `'none'` or `'all_but_first'`, or a list
+    tie_projs: List[bool] = 'none'
+    pre_lnorm: bool = False
+    tgt_len: int = 70
+    ext_len: int = 0
+    mem_len: int = 0
+    cutoffs: List[int] = []
+    adapt_inp: bool = False
+    same_length: bool = False
+    # 0 relative (the paper's), 1 learnable relative, 2 absolute, 3 absolute deeper; set by `attention`
+    attn_type: int = 0
+    clamp_len: int = -1
+    sample_softmax: int = -1
+    # Per-layer $u$, $v$ (the authors' TensorFlow code and published WikiText-103 model)
+    untie_r: bool = False
+    init: str = 'normal'
+    init_range: float = 0.1
+    init_std: float = 0.02
+    proj_init_std: float = 0.01
+
+    # The attention variant by name
+    attention: str = 'relative'
+    # The hyperparameters of an original run script
+    preset: str = 'none'
+
+    # Segment length of validation during training (the original's `eval_tgt_len`)
+    eval_tgt_len: int = 50
+    # The paper's final evaluation (the original's `eval.py`): longer memories, clamped distances
+    test_tgt_len: int = 50
+    test_mem_len: int = 0
+    test_clamp_len: int = -1
+    test_same_length: bool = False
+
+    # The model
+    model: MemTransformerLM
+
+
+@option(TransformerXLConfigs.tie_projs, 'none')
+def _tie_projs_none(c: TransformerXLConfigs):
+    """No projection shared: `[False] * (len(cutoffs) + 1)`"""
+    return [False] * (len(c.cutoffs) + 1)
+
+
+@option(TransformerXLConfigs.tie_projs, 'all_but_first')
+def _tie_projs_all_but_first(c: TransformerXLConfigs):
+    """All tail projections shared with the embedding's (the original's `proj_share_all_but_first`)"""
+    return [False] + [True] * len(c.cutoffs)
+
+
+@option(TransformerXLConfigs.model, 'default')
+def _mem_transformer(c: TransformerXLConfigs):
+    """`MemTransformerLM` from the items, initialised as the original (`xl.init.init_weights`)"""
+    return MemTransformerLM(c.n_token, c.n_layer, c.n_head, c.d_model, c.d_head, c.d_inner, c.dropout, c.dropatt,
+                            tie_weight=c.tie_weight, d_embed=c.d_embed, div_val=c.div_val,
+                            tie_projs=list(c.tie_projs), pre_lnorm=c.pre_lnorm, tgt_len=c.tgt_len,
+                            ext_len=c.ext_len, mem_len=c.mem_len, cutoffs=list(c.cutoffs), adapt_inp=c.adapt_inp,
+                            same_length=c.same_length, attn_type=c.attn_type, clamp_len=c.clamp_len,
+                            sample_softmax=c.sample_softmax, untie_r=c.untie_r, init=c.init,
+                            init_range=c.init_range, init_std=c.init_std, proj_init_std=c.proj_init_std)
+
+
+# ## Attention variants by name
+
+for _name, _attn_type in (('relative', 0), ('learnable', 1), ('absolute', 2), ('absolute_deeper', 3)):
+    aggregate(TransformerXLConfigs.attention, _name, (TransformerXLConfigs.attn_type, _attn_type))
+
+
+# ## Presets of the original run scripts
+#
+# Model and evaluation columns of `presets.md`; all use `attn_type` 0, tied weights and `d_embed = d_model`.
+# Training columns (optimizer, schedule, batch size, steps) are set by the training configs' presets.
+
+def _preset(name: str, *, n_layer: int, d_model: int, n_head: int, d_head: int, d_inner: int, dropout: float,
+            dropatt: float, tgt_len: int, mem_len: int, eval_tgt_len: int, test_tgt_len: int, test_mem_len: int,
+            test_clamp_len: int, cutoffs: List[int] = (), div_val: int = 1, tie_projs: str = 'none'):
+    c = TransformerXLConfigs
+    aggregate(c.preset, name,
+              (c.n_layer, n_layer), (c.d_model, d_model), (c.n_head, n_head), (c.d_head, d_head),
+              (c.d_inner, d_inner), (c.dropout, dropout), (c.dropatt, dropatt), (c.tgt_len, tgt_len),
+              (c.mem_len, mem_len), (c.cutoffs, list(cutoffs)), (c.div_val, div_val), (c.tie_projs, tie_projs),
+              (c.eval_tgt_len, eval_tgt_len), (c.test_tgt_len, test_tgt_len), (c.test_mem_len, test_mem_len),
+              (c.test_clamp_len, test_clamp_len), (c.test_same_length, True))
+
+
+_CHARACTER_BASE = dict(n_layer=12, d_model=512, n_head=8, d_head=64, d_inner=2048, dropout=0.1, dropatt=0.0,
+                       tgt_len=512, mem_len=512, eval_tgt_len=128, test_tgt_len=80, test_mem_len=2100,
+                       test_clamp_len=820)
+_CHARACTER_LARGE = dict(n_layer=24, d_model=1024, n_head=8, d_head=128, d_inner=3072, dropout=0.15, dropatt=0.15,
+                        tgt_len=768, mem_len=768, eval_tgt_len=128, test_tgt_len=128, test_mem_len=3800,
+                        test_clamp_len=1000)
+_preset('enwik8_base', **_CHARACTER_BASE)
+_preset('enwik8_large', **_CHARACTER_LARGE)
+_preset('text8_base', **_CHARACTER_BASE)
+_preset('text8_large', **_CHARACTER_LARGE)
+_preset('wt103_base', n_layer=16, d_model=410, n_head=10, d_head=41, d_inner=2100, dropout=0.1, dropatt=0.0,
+        tgt_len=150, mem_len=150, eval_tgt_len=150, test_tgt_len=64, test_mem_len=640, test_clamp_len=400,
+        cutoffs=[20000, 40000, 200000], div_val=1, tie_projs='all_but_first')
+_preset('wt103_large', n_layer=18, d_model=1024, n_head=16, d_head=64, d_inner=4096, dropout=0.2, dropatt=0.2,
+        tgt_len=384, mem_len=384, eval_tgt_len=128, test_tgt_len=128, test_mem_len=1600, test_clamp_len=1000,
+        cutoffs=[20000, 40000, 200000], div_val=4, tie_projs='all_but_first')
+_preset('lm1b_base', n_layer=18, d_model=1024, n_head=8, d_head=128, d_inner=4096, dropout=0.0, dropatt=0.0,
+        tgt_len=32, mem_len=32, eval_tgt_len=32, test_tgt_len=32, test_mem_len=128, test_clamp_len=-1,
+        cutoffs=[60000, 100000, 640000], div_val=4, tie_projs='none')
+_preset('lm1b_large', n_layer=24, d_model=1280, n_head=16, d_head=80, d_inner=8192, dropout=0.05, dropatt=0.05,
+        tgt_len=32, mem_len=32, eval_tgt_len=32, test_tgt_len=32, test_mem_len=128, test_clamp_len=-1,
+        cutoffs=[60000, 100000, 640000], div_val=4, tie_projs='none')
