@@ -1,16 +1,35 @@
 """
-# Corpora
+# Corpora and iterators
 
 Tiny Shakespeare (public domain, 1,115,394 characters) ships inside the package, gzip-compressed, as the
-default corpus of the demo and the examples.
+default corpus of the demo and the examples. The corpora of the Transformer-XL paper (enwik8, text8,
+WikiText-103, WikiText-2, Penn Treebank, One Billion Words) load from their published files on disk, with the
+original's splits, vocabularies and iterators. See docs/data.md.
+
+```python
+corpus = get_corpus('enwik8', 'data/enwik8')      # the folder holding enwik8.zip
+for data, target, seq_len in corpus.get_iterator('train', bsz=22, bptt=512):
+    ...
+```
 """
-import gzip
-from pathlib import Path
+from labml_txl.data.corpora import CORPORA, get_corpus
+from labml_txl.data.corpus import Corpus
+from labml_txl.data.enwik8 import load_enwik8
+from labml_txl.data.files import DataFileFormatError, EmptyDataFileError, MissingDataFileError
+from labml_txl.data.lm1b import load_lm1b
+from labml_txl.data.ordered_iterator import LMOrderedIterator
+from labml_txl.data.ptb import load_ptb
+from labml_txl.data.shuffled_iterator import LMMultiFileIterator, LMShuffledIterator
+from labml_txl.data.text8 import load_text8
+from labml_txl.data.tiny_shakespeare import TINY_SHAKESPEARE_PATH, load_tiny_shakespeare, \
+    load_tiny_shakespeare_corpus
+from labml_txl.data.vocabulary import Vocabulary
+from labml_txl.data.wikitext import load_wikitext, load_wt103, load_wt2
 
-TINY_SHAKESPEARE_PATH = Path(__file__).resolve().parent / 'tiny_shakespeare.txt.gz'
-
-
-def load_tiny_shakespeare() -> str:
-    """The bundled Tiny Shakespeare text."""
-    with gzip.open(TINY_SHAKESPEARE_PATH, 'rt', encoding='utf-8') as f:
-        return f.read()
+__all__ = [
+    'CORPORA', 'get_corpus', 'Corpus', 'Vocabulary',
+    'LMOrderedIterator', 'LMShuffledIterator', 'LMMultiFileIterator',
+    'load_tiny_shakespeare', 'load_tiny_shakespeare_corpus', 'TINY_SHAKESPEARE_PATH',
+    'load_enwik8', 'load_text8', 'load_wikitext', 'load_wt103', 'load_wt2', 'load_ptb', 'load_lm1b',
+    'MissingDataFileError', 'EmptyDataFileError', 'DataFileFormatError',
+]
