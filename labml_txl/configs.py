@@ -298,16 +298,28 @@ class TransformerXLConfigs(ValidatedConfigs):
     # The hyperparameters of an original run script
     preset: str = 'none'
 
-    # Segment length of validation during training (the original's `eval_tgt_len`)
-    eval_tgt_len: int = 50
+    # Segment length of validation during training (the original's `eval_tgt_len`); `tgt_len` by default
+    eval_tgt_len: int
     # The paper's final evaluation (the original's `eval.py`): longer memories, clamped distances
-    test_tgt_len: int = 50
+    test_tgt_len: int
     test_mem_len: int = 0
     test_clamp_len: int = -1
     test_same_length: bool = False
 
     # The model
     model: MemTransformerLM
+
+
+@option(TransformerXLConfigs.eval_tgt_len, 'tgt_len')
+def _eval_tgt_len(c: TransformerXLConfigs):
+    """The training segment length `tgt_len`"""
+    return c.tgt_len
+
+
+@option(TransformerXLConfigs.test_tgt_len, 'tgt_len')
+def _test_tgt_len(c: TransformerXLConfigs):
+    """The training segment length `tgt_len`"""
+    return c.tgt_len
 
 
 @option(TransformerXLConfigs.tie_projs, 'none')

@@ -1,0 +1,164 @@
+r"""
+# Training configs of Transformer-XL
+
+`TrainXLConfigs` extends `TransformerXLConfigs` (the model's items) with the data, the optimizer, the schedule and
+the loop of the original `train.py`, with its defaults. Every item can be overridden by dictionary or as
+`key=value` on the command line of `experiments/train_xl.py`; `preset` also sets the training columns of
+`presets.md` (optimizer Adam, lr 0.00025, cosine schedule and clip 0.25 are the defaults already).
+"""
+from typing import Optional
+
+import torch
+from labml.configs import aggregate, option
+
+from ..configs import TransformerXLConfigs
+from ..data import Corpus, get_corpus
+from ..errors import closest, describe_choices
+from .schedules import SCHEDULES, make_scheduler
+
+PRECISIONS = ('float32', 'bf16', 'fp16')
+
+
+class TrainXLConfigs(TransformerXLConfigs):
+    """The model, data, optimizer, schedule and loop of a Transformer-XL training run."""
+    # Data: a corpus name of `labml_txl.data.get_corpus` and its file or folder (none for the bundled one)
+    corpus_name: str = 'tiny_shakespeare'
+    data_path: Optional[str] = None
+    corpus: Corpus
+    # Vocabulary size, from the corpus
+    n_token: int
+    batch_size: int = 60
+    # Split each batch into this many chunks and accumulate gradients (same result, less memory)
+    batch_chunk: int = 1
+    # Variable-length segments (the original's `varlen`)
+    varlen: bool = False
+
+    # Optimizer: 'adam', 'sgd' or 'adagrad'
+    optimizer: torch.optim.Optimizer = 'adam'
+    lr: float = 0.00025
+    # Momentum of SGD
+    mom: float = 0.0
+    # Schedule: 'cosine' (with warm-up), 'inv_sqrt', 'dev_perf' or 'constant'
+    scheduler: object = 'cosine'
+    warmup_step: int = 0
+    max_step: int = 100000
+    # Lowest learning rate of the cosine schedule
+    eta_min: float = 0.0
+    # Factor and floor of `dev_perf`
+    decay_rate: float = 0.5
+    lr_min: float = 0.0
+    # Gradient-norm clipping
+    clip: float = 0.25
+
+    # 'float32', 'bf16' (autocast; on the CPU too) or 'fp16' (autocast with a gradient scaler; CUDA only)
+    precision: str = 'float32'
+    # 'cpu', 'cuda', 'cuda:1', ... or 'auto' (CUDA when there is one)
+    device: str = 'auto'
+    seed: int = 1111
+
+    # Evaluate on the validation split every this many steps, over at most `max_eval_steps` segments (-1: all)
+    eval_interval: int = 4000
+    max_eval_steps: int = -1
+    # Save a checkpoint every this many steps (0: only at the end)
+    checkpoint_interval: int = 1000
+    # Stop after this many seconds of training (0: no limit), evaluating and saving first
+    time_limit: float = 0.0
+
+    # The hyperparameters of an original run script, training columns included
+    preset: str = 'none'
+
+
+@option(TrainXLConfigs.corpus)
+def _corpus(c: TrainXLConfigs) -> Corpus:
+    """The corpus `corpus_name` read from `data_path`"""
+    return get_corpus(c.corpus_name, c.data_path)
+
+
+@option(TrainXLConfigs.n_token)
+def _n_token(c: TrainXLConfigs) -> int:
+    """The corpus's vocabulary size"""
+    return c.corpus.n_token
+
+
+@option(TrainXLConfigs.optimizer, 'adam')
+def _adam(c: TrainXLConfigs):
+    """Adam (the original's default)"""
+    return torch.optim.Adam(c.model.parameters(), lr=c.lr)
+
+
+@option(TrainXLConfigs.optimizer, 'sgd')
+def _sgd(c: TrainXLConfigs):
+    """SGD with momentum `mom`"""
+    return torch.optim.SGD(c.model.parameters(), lr=c.lr, momentum=c.mom)
+
+
+@option(TrainXLConfigs.optimizer, 'adagrad')
+def _adagrad(c: TrainXLConfigs):
+    """Adagrad"""
+    return torch.optim.Adagrad(c.model.parameters(), lr=c.lr)
+
+
+def _schedule_option(name: str):
+    def schedule(c: TrainXLConfigs):
+        return make_scheduler(name, c.optimizer, warmup_step=c.warmup_step, max_step=c.max_step, lr=c.lr,
+                              eta_min=c.eta_min, decay_rate=c.decay_rate, lr_min=c.lr_min)
+
+    schedule.__doc__ = {'cosine': 'Linear warm-up, then cosine annealing to `eta_min` at `max_step`',
+                        'inv_sqrt': 'Linear warm-up, then $1/\\sqrt{step}$',
+                        'dev_perf': 'Multiplied by `decay_rate` when the validation loss stops improving',
+                        'constant': 'The learning rate `lr` throughout'}[name]
+    option(TrainXLConfigs.scheduler, name)(schedule)
+
+
+for _name in SCHEDULES:
+    _schedule_option(_name)
+
+
+def check_training_configs(c: TrainXLConfigs) -> None:
+    """Raise `ValueError` for choices that labml's options do not check, or that are only wrong together."""
+    if c.precision not in PRECISIONS:
+        raise ValueError(f"precision={c.precision!r} is not accepted.{closest(c.precision, PRECISIONS)} "
+                         f"Accepted: {describe_choices(PRECISIONS)}")
+    if c.batch_size % c.batch_chunk != 0:
+        raise ValueError(f"batch_chunk={c.batch_chunk} is not accepted with batch_size={c.batch_size}: "
+                         f"the batch is split into batch_chunk equal chunks, so batch_chunk must divide batch_size")
+    if c.mem_len > 0 and c.eval_tgt_len > c.tgt_len + c.mem_len:
+        raise ValueError(f"eval_tgt_len={c.eval_tgt_len} is not accepted with tgt_len={c.tgt_len} and "
+                         f"mem_len={c.mem_len}: validation lengthens the memory by tgt_len - eval_tgt_len, so "
+                         f"eval_tgt_len must be at most tgt_len + mem_len = {c.tgt_len + c.mem_len}")
+    if c.mem_len == 0 and c.eval_tgt_len > c.tgt_len + c.ext_len:
+        raise ValueError(f"eval_tgt_len={c.eval_tgt_len} is not accepted with tgt_len={c.tgt_len} and "
+                         f"ext_len={c.ext_len}: without memory, validation lengthens ext_len by "
+                         f"tgt_len - eval_tgt_len, so eval_tgt_len must be at most {c.tgt_len + c.ext_len}")
+    if c.max_step < 1:
+        raise ValueError(f"max_step={c.max_step} is not accepted: train for at least one step")
+
+
+def device_of(c: TrainXLConfigs) -> torch.device:
+    """The device `c.device` names; `'auto'` is CUDA when there is one."""
+    if c.device == 'auto':
+        return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    try:
+        device = torch.device(c.device)
+    except RuntimeError as error:
+        raise ValueError(f"device={c.device!r} is not accepted: {error}") from error
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        raise ValueError(f"device={c.device!r} is not accepted: this machine has no CUDA device; use 'cpu' or 'auto'")
+    return device
+
+
+# ## Training columns of the presets (`presets.md`)
+
+def _training_preset(name: str, *, warmup_step: int, max_step: int, batch_size: int):
+    aggregate(TrainXLConfigs.preset, name, (TrainXLConfigs.warmup_step, warmup_step),
+              (TrainXLConfigs.max_step, max_step), (TrainXLConfigs.batch_size, batch_size))
+
+
+_training_preset('enwik8_base', warmup_step=0, max_step=400000, batch_size=22)
+_training_preset('enwik8_large', warmup_step=4000, max_step=400000, batch_size=64)
+_training_preset('text8_base', warmup_step=0, max_step=400000, batch_size=22)
+_training_preset('text8_large', warmup_step=0, max_step=400000, batch_size=64)
+_training_preset('wt103_base', warmup_step=0, max_step=200000, batch_size=60)
+_training_preset('wt103_large', warmup_step=16000, max_step=4000000, batch_size=128)
+_training_preset('lm1b_base', warmup_step=20000, max_step=500000, batch_size=224)
+_training_preset('lm1b_large', warmup_step=30000, max_step=1200000, batch_size=512)

@@ -1,0 +1,237 @@
+r"""
+# The Transformer-XL training loop
+
+The loop of the original `train.py`, on labml: segments are read in order, each continuing the one before, and
+the memories of one step are the context of the next (reset at the end of each pass over the data). A step is
+
+1. the loss of the segment given the memories, averaged over positions and the batch (in `batch_chunk` chunks,
+   each with its own columns of the memories, gradients accumulated: the same gradient as the whole batch);
+2. gradient-norm clipping at `clip`, an optimizer step and a schedule step.
+
+Every `eval_interval` steps the model is evaluated on the validation split with segments of `eval_tgt_len` (the
+memory grown by `tgt_len - eval_tgt_len` so every position sees as much context as in training), and every
+`checkpoint_interval` steps the whole state is saved: model, optimizer, schedule, data position, memories and
+random states, so a resumed run continues exactly as if it had never stopped.
+
+Tracked: `loss.train`, `bpc.train` (character and byte corpora) or `ppl.train` (word corpora), `lr`,
+`grad_norm`, `tokens_per_sec`, and the same losses `.valid`.
+"""
+import contextlib
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+from labml import monit, tracker
+
+from .checkpoint import load_model_state, save_checkpoint
+from .configs import TrainXLConfigs, check_training_configs, device_of
+
+
+def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
+    """fp16 and bf16 losses are averaged in float32; float64 stays float64."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+def quality(loss: float, level: str) -> Dict[str, float]:
+    """Bits per character for character and byte corpora, perplexity for word corpora."""
+    if level == 'word':
+        return {'ppl': math.exp(min(loss, 50.0))}
+    return {'bpc': loss / math.log(2)}
+
+
+class Trainer:
+    """
+    Trains `conf.model` on `conf.corpus` as the original `train.py` does, with exact resume.
+
+    Args:
+        conf: the run's configs (computed lazily: building the trainer builds the model and the optimizer).
+        checkpoint_dir: where checkpoints go (the labml run's `checkpoints/` folder); `None` saves none.
+    """
+
+    def __init__(self, conf: TrainXLConfigs, checkpoint_dir: Optional[Path] = None):
+        check_training_configs(conf)
+        self.conf = conf
+        self.device = device_of(conf)
+        if conf.precision == 'fp16' and self.device.type != 'cuda':
+            raise ValueError(f"precision='fp16' is not accepted on device {self.device}: fp16 training needs CUDA "
+                             f"(its gradient scaler); use 'bf16' on the CPU")
+        torch.manual_seed(conf.seed)
+        random.seed(conf.seed)
+        self.corpus = conf.corpus
+        self.model = conf.model.to(self.device)
+        self.optimizer = conf.optimizer
+        self.scheduler = conf.scheduler
+        # `dev_perf` follows the validation loss; the others follow the step count
+        self._steps_on_validation = isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+        self.scaler = torch.amp.GradScaler('cuda', enabled=conf.precision == 'fp16')
+        self.train_iter = self.corpus.get_iterator('train', conf.batch_size, conf.tgt_len, device=self.device,
+                                                   ext_len=conf.ext_len, seed=conf.seed)
+        self.checkpoint_dir = checkpoint_dir
+        self.step = 0
+        self.epoch = 0
+        self.mems: Optional[List[torch.Tensor]] = None
+        self.best_valid: Optional[float] = None
+        self._pass = None
+        self._pass_ends = False
+        # (step, training loss) of every step this trainer ran
+        self.history: List[Tuple[int, float]] = []
+
+    # ## Data
+
+    def _new_pass(self):
+        if self.conf.varlen and hasattr(self.train_iter, 'get_varlen_iter'):
+            return self.train_iter.get_varlen_iter()
+        return iter(self.train_iter)
+
+    def _next_batch(self):
+        """The next training segment; marks the end of a pass so memories reset after its step."""
+        while True:
+            if self._pass is None:
+                self._pass = self._new_pass()
+            try:
+                batch = next(self._pass)
+            except StopIteration:
+                self._pass = None
+                self._end_pass()
+                continue
+            # The ordered iterator goes back to row 0 after the last segment of a pass
+            if getattr(self.train_iter, 'position', None) == 0:
+                self._pass, self._pass_ends = None, True
+            return batch
+
+    def _end_pass(self):
+        self.epoch += 1
+        self.mems = None
+
+    # ## Steps
+
+    def _autocast(self):
+        if self.conf.precision == 'float32':
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.conf.precision == 'bf16' else torch.float16
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    def train_step(self, data: torch.Tensor, target: torch.Tensor) -> float:
+        """One optimizer step on a segment; returns its mean loss."""
+        conf = self.conf
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        chunks = conf.batch_chunk
+        bsz = data.shape[1]
+        size = bsz // chunks
+        total, new_mems = 0.0, []
+        for i in range(chunks):
+            columns = slice(i * size, (i + 1) * size)
+            mems = [] if self.mems is None else [m[:, columns] for m in self.mems]
+            with self._autocast():
+                loss, *chunk_mems = self.model(data[:, columns], target[:, columns], *mems)
+            # Mean over positions and this chunk's columns, in at least float32; divided by `chunks` so the
+            # sum is the batch mean
+            loss = _at_least_float32(loss).mean() / chunks
+            self.scaler.scale(loss).backward()
+            total += loss.item()
+            new_mems.append(chunk_mems)
+        self.mems = [torch.cat(layer, dim=1) for layer in zip(*new_mems)] if new_mems[0] else None
+        self.scaler.unscale_(self.optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), conf.clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        if not self._steps_on_validation:
+            self.scheduler.step()
+        self.grad_norm = grad_norm.item()
+        return total
+
+    @torch.no_grad()
+    def evaluate(self, split: str = 'valid', max_steps: Optional[int] = None) -> float:
+        """Mean loss per token over `split`, with segments of `eval_tgt_len` as the original evaluates."""
+        conf = self.conf
+        max_steps = conf.max_eval_steps if max_steps is None else max_steps
+        model = self.model
+        model.eval()
+        # Keep the context of each position as in training: a longer memory, or a longer extended context
+        if conf.mem_len == 0:
+            model.reset_length(conf.eval_tgt_len, conf.ext_len + conf.tgt_len - conf.eval_tgt_len, conf.mem_len)
+        else:
+            model.reset_length(conf.eval_tgt_len, conf.ext_len, conf.mem_len + conf.tgt_len - conf.eval_tgt_len)
+        iterator = self.corpus.get_iterator(split, conf.batch_size, conf.eval_tgt_len, device=self.device,
+                                            ext_len=model.ext_len)
+        total_loss, total_len, mems = 0.0, 0, []
+        for i, (data, target, seq_len) in enumerate(iterator):
+            if 0 < max_steps <= i:
+                break
+            with self._autocast():
+                loss, *mems = model(data, target, *mems)
+            total_loss += seq_len * _at_least_float32(loss).mean().item()
+            total_len += seq_len
+        model.reset_length(conf.tgt_len, conf.ext_len, conf.mem_len)
+        return total_loss / max(total_len, 1)
+
+    # ## State for exact resume
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {
+            'step': self.step, 'epoch': self.epoch, 'best_valid': self.best_valid,
+            'model': self.model.state_dict(), 'optimizer': self.optimizer.state_dict(),
+            'scheduler': self.scheduler.state_dict(), 'scaler': self.scaler.state_dict(),
+            'train_iterator': self.train_iter.state_dict(),
+            'mems': None if self.mems is None else [m.cpu() for m in self.mems],
+            'rng': {'torch': torch.get_rng_state(), 'python': random.getstate(),
+                    'cuda': torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+        }
+
+    def load_state_dict(self, state: Dict[str, Any], source: str) -> None:
+        load_model_state(self.model, state['model'], source)
+        self.optimizer.load_state_dict(state['optimizer'])
+        self.scheduler.load_state_dict(state['scheduler'])
+        self.scaler.load_state_dict(state['scaler'])
+        self.train_iter.load_state_dict(state['train_iterator'])
+        self.mems = None if state['mems'] is None else [m.to(self.device) for m in state['mems']]
+        self.step, self.epoch, self.best_valid = state['step'], state['epoch'], state['best_valid']
+        torch.set_rng_state(state['rng']['torch'])
+        random.setstate(state['rng']['python'])
+        if state['rng']['cuda'] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state['rng']['cuda'])
+
+    def save(self) -> None:
+        if self.checkpoint_dir is not None:
+            save_checkpoint(self.checkpoint_dir, self.step, self.state_dict())
+
+    # ## The loop
+
+    def _track_validation(self):
+        valid = self.evaluate('valid')
+        if self._steps_on_validation:
+            self.scheduler.step(valid)
+        self.best_valid = valid if self.best_valid is None else min(self.best_valid, valid)
+        tracker.save({'loss.valid': valid, **{f'{k}.valid': v for k, v in quality(valid, self.corpus.level).items()}})
+        return valid
+
+    def run(self) -> Optional[float]:
+        """Train from `self.step` to `max_step` (or `time_limit`); returns the last validation loss."""
+        conf = self.conf
+        started = time.time()
+        valid = None
+        for step in monit.loop(range(self.step, conf.max_step)):
+            step_started = time.time()
+            data, target, seq_len = self._next_batch()
+            loss = self.train_step(data, target)
+            if self._pass_ends:
+                self._pass_ends = False
+                self._end_pass()
+            self.step = step + 1
+            self.history.append((self.step, loss))
+            tracker.save({'loss.train': loss, **{f'{k}.train': v for k, v in quality(loss, self.corpus.level).items()},
+                          'lr': self.optimizer.param_groups[0]['lr'], 'grad_norm': self.grad_norm,
+                          'tokens_per_sec': target.numel() / max(time.time() - step_started, 1e-9)})
+            out_of_time = 0 < conf.time_limit <= time.time() - started
+            if self.step % conf.eval_interval == 0 or self.step == conf.max_step or out_of_time:
+                valid = self._track_validation()
+            if (conf.checkpoint_interval > 0 and self.step % conf.checkpoint_interval == 0) \
+                    or self.step == conf.max_step or out_of_time:
+                self.save()
+            if out_of_time:
+                break
+        return valid

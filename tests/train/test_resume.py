@@ -1,0 +1,90 @@
+"""
+A training process killed with SIGKILL mid-run, resumed from its checkpoint, continues exactly as a run that was
+never interrupted: the same loss at every step after the resume and the same final weights (bitwise, on CPU).
+"""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from labml import lab
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / 'experiments'))
+
+import train_xl  # noqa: E402
+from labml_txl.train.checkpoint import checkpoint_steps  # noqa: E402
+from labml_txl.train.runs import RunNotFoundError  # noqa: E402
+
+# Dropout and variable-length segments, so random states and the data position both have to be restored
+OVERRIDES = {'n_layer': 2, 'd_model': 32, 'n_head': 2, 'd_head': 16, 'd_inner': 64, 'dropout': 0.1,
+             'tgt_len': 16, 'mem_len': 16, 'batch_size': 4, 'varlen': True, 'max_step': 30,
+             'eval_interval': 10, 'max_eval_steps': 3, 'checkpoint_interval': 5, 'warmup_step': 5, 'lr': 0.002}
+KILL_AT_STEP = 17
+
+
+@pytest.fixture
+def lab_dir(tmp_path):
+    """labml writes runs under tmp_path/logs for this test."""
+    lab.configure({'path': str(tmp_path)})
+    yield tmp_path
+    lab.configure({'path': str(REPO)})
+
+
+def _killed_run(lab_path: Path, run_uuid: str) -> subprocess.CompletedProcess:
+    """Train in a subprocess that SIGKILLs itself in the middle of step KILL_AT_STEP."""
+    script = textwrap.dedent(f'''
+        import os, signal, sys
+        sys.path.insert(0, {str(REPO / 'experiments')!r})
+        from labml import lab
+        lab.configure({{'path': {str(lab_path)!r}}})
+        from labml_txl.train.trainer import Trainer
+        train_step = Trainer.train_step
+        def dying_train_step(self, data, target):
+            if self.step + 1 == {KILL_AT_STEP}:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return train_step(self, data, target)
+        Trainer.train_step = dying_train_step
+        import train_xl
+        train_xl.train({OVERRIDES!r}, writers=set())
+    ''')
+    return subprocess.run([sys.executable, '-c', script], env={**os.environ, 'RUN_UUID': run_uuid},
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize('corrupt_newest', [False, True])
+def test_resume_after_sigkill_equals_an_uninterrupted_run(lab_dir, corrupt_newest):
+    run_uuid = 'killed' + ('corrupt' if corrupt_newest else 'clean')
+    killed = _killed_run(lab_dir, run_uuid)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    checkpoints = next(lab_dir.glob(f'logs/*/{run_uuid}')) / 'checkpoints'
+    assert checkpoint_steps(checkpoints) == [10, 15]
+    resume_from = 15
+    if corrupt_newest:
+        # A truncated newest checkpoint is reported and the one before it used
+        newest = checkpoints / '15' / 'checkpoint.pt'
+        newest.write_bytes(newest.read_bytes()[:1000])
+        resume_from = 10
+
+    if corrupt_newest:
+        with pytest.warns(RuntimeWarning, match=r"checkpoint .*15/checkpoint.pt cannot be read"):
+            resumed = train_xl.train({}, resume=run_uuid, writers=set())
+    else:
+        resumed = train_xl.train({}, resume=run_uuid, writers=set())
+    uninterrupted = train_xl.train(dict(OVERRIDES), writers=set())
+
+    assert [step for step, _ in resumed.history] == list(range(resume_from + 1, 31))
+    expected = dict(uninterrupted.history)
+    assert [(step, expected[step]) for step, _ in resumed.history] == resumed.history
+    for (name, ours), (_, theirs) in zip(resumed.model.state_dict().items(),
+                                         uninterrupted.model.state_dict().items()):
+        assert torch.equal(ours, theirs), name
+
+
+def test_resuming_a_run_that_does_not_exist_names_the_uuid(lab_dir):
+    with pytest.raises(RunNotFoundError, match=r"run UUID 'no-such-run' does not exist under .*logs"):
+        train_xl.train({}, resume='no-such-run', writers=set())

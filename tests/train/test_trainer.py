@@ -1,0 +1,98 @@
+"""The training step: gradient accumulation, precision, optimizers, and errors for bad settings."""
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from labml import experiment
+
+from labml_txl.train.configs import TrainXLConfigs
+from labml_txl.train.trainer import Trainer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / 'experiments'))
+
+import train_xl  # noqa: E402
+
+SMALL = {'n_layer': 2, 'd_model': 32, 'n_head': 2, 'd_head': 16, 'd_inner': 64, 'tgt_len': 8, 'mem_len': 8,
+         'batch_size': 4, 'max_step': 4, 'eval_interval': 2, 'max_eval_steps': 2, 'checkpoint_interval': 0}
+
+
+def make_trainer(tmp_path, monkeypatch, **overrides) -> Trainer:
+    monkeypatch.chdir(tmp_path)
+    conf = TrainXLConfigs()
+    experiment.create(name='test', writers=set())
+    experiment.configs(conf, {**SMALL, **overrides})
+    return Trainer(conf)
+
+
+def test_batch_chunk_gives_the_gradient_and_memories_of_the_whole_batch(tmp_path, monkeypatch):
+    whole = make_trainer(tmp_path, monkeypatch)
+    chunked = make_trainer(tmp_path, monkeypatch, batch_chunk=2)
+    chunked.model.load_state_dict(whole.model.state_dict())
+    for trainer in (whole, chunked):
+        trainer.model.double()
+    for trainer in (whole, chunked):
+        # Compare gradients, not updates: the optimizer does nothing
+        trainer.optimizer.param_groups[0]['lr'] = 0.0
+        trainer.scheduler.base_lrs = [0.0]
+    data, target, _ = whole._next_batch()
+    for step in range(2):
+        # Two steps, so the second uses memories that were split and joined again
+        loss_whole = whole.train_step(data, target)
+        loss_chunked = chunked.train_step(data, target)
+        assert loss_chunked == pytest.approx(loss_whole, rel=1e-12)
+        for (name, p), q in zip(whole.model.named_parameters(), chunked.model.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-10, atol=1e-12, msg=name)
+        for a, b in zip(whole.mems, chunked.mems):
+            torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-12)
+
+
+def test_bf16_autocast_trains_on_the_cpu_close_to_float32(tmp_path, monkeypatch):
+    full = make_trainer(tmp_path, monkeypatch)
+    half = make_trainer(tmp_path, monkeypatch, precision='bf16')
+    half.model.load_state_dict(full.model.state_dict())
+    data, target, _ = full._next_batch()
+    loss_full, loss_half = full.train_step(data, target), half.train_step(data, target)
+    # bf16 really ran (the numbers differ) and stays within the precision bf16 allows
+    assert loss_half != loss_full and loss_half == pytest.approx(loss_full, abs=2e-2)
+    half.run()
+    assert all(torch.isfinite(torch.tensor(loss)) for _, loss in half.history)
+
+
+@pytest.mark.parametrize('optimizer,kind', [('adam', torch.optim.Adam), ('sgd', torch.optim.SGD),
+                                            ('adagrad', torch.optim.Adagrad)])
+def test_optimizers_lower_the_training_loss(optimizer, kind, tmp_path, monkeypatch):
+    trainer = make_trainer(tmp_path, monkeypatch, optimizer=optimizer, lr=0.05 if optimizer != 'adam' else 0.005,
+                           mom=0.9, max_step=30, eval_interval=100, scheduler='constant')
+    assert isinstance(trainer.optimizer, kind)
+    data, target, _ = trainer._next_batch()
+    first = trainer.train_step(data, target)
+    for _ in range(20):
+        trainer.mems = None
+        last = trainer.train_step(data, target)
+    assert last < first - 0.5
+
+
+def test_fp16_on_the_cpu_is_refused(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match=r"precision='fp16' is not accepted on device cpu.*use 'bf16'"):
+        make_trainer(tmp_path, monkeypatch, precision='fp16', device='cpu')
+
+
+def test_batch_chunk_must_divide_the_batch(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match=r"batch_chunk=3 is not accepted with batch_size=4"):
+        make_trainer(tmp_path, monkeypatch, batch_chunk=3)
+
+
+def test_command_line_unknown_key_names_the_closest_key(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert train_xl.main(['n_layr=3']) == 2
+    assert "unknown config key 'n_layr'" in capsys.readouterr().err
+    assert train_xl.main(['n_layr=3']) == 2
+    assert "Did you mean 'n_layer'?" in capsys.readouterr().err
+
+
+def test_command_line_unknown_corpus_names_the_corpora(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert train_xl.main(['corpus_name=enwik9', 'max_step=1']) == 2
+    err = capsys.readouterr().err
+    assert "Unknown corpus name 'enwik9'" in err and "'enwik8'" in err
