@@ -77,6 +77,16 @@ class Corpus:
                                        lower_case=self.lower_case, **kwargs)
         return LMShuffledIterator(data, bsz, bptt, device=device, ext_len=ext_len, **kwargs)
 
+    def encode(self, text: str) -> torch.Tensor:
+        """The ids of `text`, the inverse of `decode`: UTF-8 bytes, characters, or words split on spaces."""
+        if self.level == 'byte':
+            symbols = [str(b) for b in text.encode('utf-8')]
+        elif self.level == 'char':
+            symbols = list(text)
+        else:
+            symbols = text.split()
+        return self.vocab.encode(symbols)
+
     def decode(self, ids: Union[torch.Tensor, Sequence[int]]) -> str:
         """The text of `ids`: bytes decoded as UTF-8 (invalid sequences replaced), characters joined, words
         joined with spaces."""

@@ -9,7 +9,9 @@ import os
 from pathlib import Path
 from typing import Any, Dict
 
-from labml import lab
+from labml import experiment, lab
+
+from .checkpoint import CheckpointError, load_latest_checkpoint, load_model_state
 
 OVERRIDES_FILE = 'overrides.json'
 
@@ -61,3 +63,24 @@ def clear_stale_pid(run_path: Path) -> None:
         pass
     raise RuntimeError(f"run {run_path.name} is still running (process {pid_file.read_text().strip()}); "
                        f"stop it before resuming")
+
+
+def load_trained_run(run_uuid: str, overrides: Dict[str, Any] = None):
+    """
+    The configs and the model of run `run_uuid`, with the weights of its newest readable checkpoint, for
+    evaluation and sampling. `overrides` change configs that do not change the model's shape (lengths, say).
+
+    Returns `(conf, step)`: `conf.model` holds the trained weights, in eval mode.
+    """
+    from .configs import TrainXLConfigs
+    run_path = find_run(run_uuid)
+    conf = TrainXLConfigs()
+    experiment.evaluate()
+    experiment.configs(conf, {**load_overrides(run_path), **(overrides or {})})
+    latest = load_latest_checkpoint(run_path / 'checkpoints')
+    if latest is None:
+        raise CheckpointError(f"run {run_uuid} has no checkpoint in {run_path / 'checkpoints'}")
+    step, state = latest
+    load_model_state(conf.model, state['model'], str(run_path / 'checkpoints' / str(step)))
+    conf.model.eval()
+    return conf, step

@@ -1,0 +1,51 @@
+"""
+Sample text from a trained Transformer-XL run, one token at a time with memories.
+
+    python experiments/generate_xl.py RUN_UUID [prompt="ROMEO:"] [n_tokens=500] [temperature=0.8] [top_k=0]
+                                               [top_p=0.95] [context=512] [seed=0]
+"""
+import sys
+from typing import Any, Dict, List
+
+import torch
+
+from labml_txl.cli import parse_overrides
+from labml_txl.config_validation import ConfigKeyError, ConfigOptionError
+from labml_txl.generation import generate
+from labml_txl.train.checkpoint import CheckpointError
+from labml_txl.train.runs import RunNotFoundError, load_trained_run
+
+SETTINGS = ('prompt', 'n_tokens', 'temperature', 'top_k', 'top_p', 'context', 'seed')
+
+
+def sample_run(run_uuid: str, settings: Dict[str, Any]) -> str:
+    unknown = sorted(set(settings) - set(SETTINGS))
+    if unknown:
+        raise ValueError(f"unknown setting(s) {unknown}: generate_xl.py accepts {', '.join(SETTINGS)}")
+    conf, _ = load_trained_run(run_uuid)
+    return sample_text(conf.model, conf.corpus, **settings)
+
+
+def sample_text(model, corpus, prompt: str = '\n', n_tokens: int = 500, temperature: float = 0.8, top_k: int = 0,
+                top_p: float = 0.95, context: int = None, seed: int = 0) -> str:
+    """`prompt` followed by `n_tokens` sampled tokens, as text."""
+    ids = corpus.encode(prompt).view(-1, 1)
+    tokens = generate(model, ids, n_tokens, context=context, temperature=temperature, top_k=top_k, top_p=top_p,
+                      generator=torch.Generator().manual_seed(seed))
+    return prompt + corpus.decode(tokens[:, 0])
+
+
+def main(argv: List[str]) -> int:
+    if not argv or argv[0] in ('-h', '--help'):
+        print(__doc__)
+        return 0 if argv else 2
+    try:
+        print(sample_run(argv[0], parse_overrides(argv[1:])))
+    except (ConfigKeyError, ConfigOptionError, RunNotFoundError, CheckpointError, ValueError) as error:
+        print(f'error: {error}', file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))

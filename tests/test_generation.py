@@ -1,0 +1,68 @@
+"""Sampling with memories: greedy decoding equals recomputing the whole context; the filters keep what they say."""
+
+import pytest
+import torch
+
+from labml_txl.generation import filter_distribution, generate
+from labml_txl.xl import MemTransformerLM
+
+
+def small_model(**kwargs):
+    model = MemTransformerLM(n_token=23, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, dropout=0.0,
+                             dropatt=0.0, tgt_len=8, mem_len=8, **kwargs).double().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)  # away from the init, so the argmax is not trivial
+    return model
+
+
+@pytest.mark.parametrize('attention', [0, 1])
+def test_greedy_generation_equals_recomputing_the_whole_sequence(attention):
+    model = small_model(attn_type=attention)
+    prompt = torch.randint(23, (5, 3))
+    generated = generate(model, prompt, 10, top_k=1, context=64)
+    # Naive: run the model over everything so far (memory off), take the argmax of the last position
+    sequence = prompt
+    model.reset_length(64, 0, 0)
+    for _ in range(10):
+        log_probs, _ = model.log_probs(sequence, None)
+        sequence = torch.cat([sequence, log_probs[-1].argmax(-1)[None]])
+    assert torch.equal(generated, sequence[5:])
+    assert (model.tgt_len, model.mem_len) == (64, 0), 'generate restored the lengths it found'
+
+
+def test_sampling_is_repeatable_with_a_generator():
+    model = small_model()
+    prompt = torch.randint(23, (3, 2))
+    a = generate(model, prompt, 12, temperature=0.8, generator=torch.Generator().manual_seed(5))
+    b = generate(model, prompt, 12, temperature=0.8, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(a, b) and a.shape == (12, 2)
+    assert (model.tgt_len, model.mem_len) == (8, 8)
+
+
+def test_top_k_keeps_the_k_most_likely():
+    log_probs = torch.log(torch.tensor([0.1, 0.4, 0.2, 0.3]))
+    kept = filter_distribution(log_probs, top_k=2).exp()
+    torch.testing.assert_close(kept, torch.tensor([0.0, 0.4 / 0.7, 0.0, 0.3 / 0.7]))
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p():
+    log_probs = torch.log(torch.tensor([0.1, 0.4, 0.2, 0.3]))
+    # 0.4 + 0.3 = 0.7 < 0.75, so 0.2 is needed too; 0.1 is not
+    kept = filter_distribution(log_probs, top_p=0.75).exp()
+    torch.testing.assert_close(kept, torch.tensor([0.0, 0.4, 0.2, 0.3]) / 0.9)
+    assert filter_distribution(log_probs, top_p=0.4).exp().tolist() == pytest.approx([0, 1, 0, 0])
+
+
+def test_temperature_sharpens():
+    log_probs = torch.log(torch.tensor([0.25, 0.75]))
+    cold = filter_distribution(log_probs, temperature=0.5).exp()
+    assert cold[1].item() == pytest.approx(0.75 ** 2 / (0.75 ** 2 + 0.25 ** 2))
+
+
+@pytest.mark.parametrize('kwargs,message', [({'temperature': 0}, 'temperature=0 is not accepted'),
+                                            ({'top_p': 0}, 'top_p=0 is not accepted'),
+                                            ({'top_k': -1}, 'top_k=-1 is not accepted')])
+def test_bad_sampling_settings(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        filter_distribution(torch.zeros(3), **kwargs)
