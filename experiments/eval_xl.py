@@ -13,10 +13,8 @@ from typing import Any, Dict, List
 
 import torch
 
-from labml_txl.cli import parse_overrides
-from labml_txl.config_validation import ConfigKeyError, ConfigOptionError
-from labml_txl.train.checkpoint import CheckpointError
-from labml_txl.train.runs import RunNotFoundError, load_trained_run
+from labml_txl.cli import parse_overrides, run_script
+from labml_txl.train.runs import load_trained_run
 from labml_txl.train.trainer import quality
 
 SETTINGS = ('split', 'tgt_len', 'mem_len', 'clamp_len', 'same_length', 'batch_size', 'max_steps', 'paper')
@@ -55,15 +53,8 @@ def evaluate_run(run_uuid: str, settings: Dict[str, Any]) -> Dict[str, float]:
 
 
 def main(argv: List[str]) -> int:
-    if not argv or argv[0] in ('-h', '--help'):
-        print(__doc__)
-        return 0 if argv else 2
-    try:
-        evaluate_run(argv[0], parse_overrides(argv[1:]))
-    except (ConfigKeyError, ConfigOptionError, RunNotFoundError, CheckpointError, ValueError) as error:
-        print(f'error: {error}', file=sys.stderr)
-        return 2
-    return 0
+    return run_script(lambda args: evaluate_run(args[0], parse_overrides(args[1:])), argv, __doc__,
+                      needs_argument=True)
 
 
 if __name__ == '__main__':

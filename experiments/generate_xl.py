@@ -9,11 +9,9 @@ from typing import Any, Dict, List
 
 import torch
 
-from labml_txl.cli import parse_overrides
-from labml_txl.config_validation import ConfigKeyError, ConfigOptionError
+from labml_txl.cli import parse_overrides, run_script
 from labml_txl.generation import generate
-from labml_txl.train.checkpoint import CheckpointError
-from labml_txl.train.runs import RunNotFoundError, load_trained_run
+from labml_txl.train.runs import load_trained_run
 
 SETTINGS = ('prompt', 'n_tokens', 'temperature', 'top_k', 'top_p', 'context', 'seed')
 
@@ -36,15 +34,8 @@ def sample_text(model, corpus, prompt: str = '\n', n_tokens: int = 500, temperat
 
 
 def main(argv: List[str]) -> int:
-    if not argv or argv[0] in ('-h', '--help'):
-        print(__doc__)
-        return 0 if argv else 2
-    try:
-        print(sample_run(argv[0], parse_overrides(argv[1:])))
-    except (ConfigKeyError, ConfigOptionError, RunNotFoundError, CheckpointError, ValueError) as error:
-        print(f'error: {error}', file=sys.stderr)
-        return 2
-    return 0
+    return run_script(lambda args: print(sample_run(args[0], parse_overrides(args[1:]))), argv, __doc__,
+                      needs_argument=True)
 
 
 if __name__ == '__main__':

@@ -16,11 +16,10 @@ from typing import Any, Dict, List, Optional
 from labml import experiment, logger
 from labml.internal.experiment import experiment_singleton
 
-from labml_txl.cli import parse_overrides
-from labml_txl.config_validation import ConfigKeyError, ConfigOptionError
+from labml_txl.cli import parse_overrides, run_script
 from labml_txl.train.checkpoint import CheckpointError, load_latest_checkpoint
 from labml_txl.train.configs import TrainXLConfigs
-from labml_txl.train.runs import RunNotFoundError, clear_stale_pid, find_run, load_overrides, save_overrides
+from labml_txl.train.runs import clear_stale_pid, find_run, load_overrides, save_overrides
 from labml_txl.train.trainer import Trainer, quality
 
 
@@ -54,17 +53,12 @@ def train(overrides: Dict[str, Any], resume: Optional[str] = None, name: str = '
 
 
 def main(argv: List[str]) -> int:
-    if any(a in ('-h', '--help') for a in argv):
-        print(__doc__)
-        return 0
-    try:
-        overrides = parse_overrides(argv)
+    def action(args: List[str]):
+        overrides = parse_overrides(args)
         resume = overrides.pop('resume', None)
         train(overrides, resume=None if resume is None else str(resume))
-    except (ConfigKeyError, ConfigOptionError, RunNotFoundError, CheckpointError, ValueError) as error:
-        print(f'error: {error}', file=sys.stderr)
-        return 2
-    return 0
+
+    return run_script(action, argv, __doc__)
 
 
 if __name__ == '__main__':

@@ -6,7 +6,8 @@
 (`128`, `0.5`, `True`, `[1, 2]`) and kept as strings otherwise (`SwiGLU`).
 """
 import ast
-from typing import Any, Dict, List
+import sys
+from typing import Any, Callable, Dict, List
 
 
 def parse_value(text: str) -> Any:
@@ -26,3 +27,20 @@ def parse_overrides(argv: List[str]) -> Dict[str, Any]:
                              f"for example transformer.d_model=128")
         overrides[key] = parse_value(value)
     return overrides
+
+
+def run_script(action: Callable[[List[str]], Any], argv: List[str], usage: str, needs_argument: bool = False) -> int:
+    """
+    Run `action(argv)` for an experiment script: `--help` prints `usage`; a user error (unknown key or option,
+    missing run or file, bad value, unreadable checkpoint) prints `error: ...` and exits 2 instead of a traceback.
+    """
+    from .train.checkpoint import CheckpointError
+    if any(a in ('-h', '--help') for a in argv) or (needs_argument and not argv):
+        print(usage)
+        return 2 if not argv and needs_argument else 0
+    try:
+        action(argv)
+    except (LookupError, ValueError, OSError, CheckpointError) as error:
+        print(f'error: {error}', file=sys.stderr)
+        return 2
+    return 0

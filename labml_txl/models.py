@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from .errors import require_positive_int
-from .feed_forward import FeedForward
 from .positional_encoding import get_positional_encoding
 
 

@@ -27,9 +27,9 @@ def find_run(run_uuid: str) -> Path:
     """The folder of run `run_uuid` under the lab's experiments, or a `RunNotFoundError` naming where it looked."""
     experiments = Path(lab.get_experiments_path())
     if experiments.exists():
-        for experiment in experiments.iterdir():
-            if (experiment / run_uuid).is_dir():
-                return experiment / run_uuid
+        for experiment_path in experiments.iterdir():
+            if (experiment_path / run_uuid).is_dir():
+                return experiment_path / run_uuid
     known = sorted(p.name for e in experiments.iterdir() if e.is_dir() for p in e.iterdir()) \
         if experiments.exists() else []
     hint = f" Runs there: {', '.join(known[-5:])}" if known else ' There are no runs there.'
