@@ -20,6 +20,8 @@ setuptools.setup(
         # labml-nn declares torchvision, torchtext and fairscale, which pull a multi-GB CUDA torch;
         # its transformer modules need only torch and labml, so `make test` installs it with --no-deps.
         'test': ['pytest>=7'],
-        'dashboard': ['labml-app>=0.5.14'],
+        # xstatic-bootstrap 5 builds only with setuptools < 81 (pkg_resources): `make install` adds it with a
+        # build constraint; without it the dashboard page loads Bootstrap from its CDN.
+        'dashboard': ['labml-app>=0.5.14', 'xstatic-font-awesome>=6.2.1'],
     },
 )

@@ -1,0 +1,176 @@
+"""The labml dashboard on this machine: `python -m labml_txl.dashboard [--port N] [--data-dir DIR]`.
+
+Runs the real labml app (PyPI `labml-app`, this package's `dashboard` extra) on 127.0.0.1 with its data in
+files under `--data-dir` (default `~/.labml_txl/dashboard`) instead of a MongoDB server, and serves the
+page's d3 / Bootstrap / Font Awesome from local installs (see `labml_txl.dashboard_app.assets`).
+
+A training script reports to it when labml's `app_url` points at `web_api_url(port)`:
+
+    from labml_txl.dashboard import report_to_dashboard
+    report_to_dashboard()                 # before experiment.create(); or set labml_app_url / .labml.yaml
+    experiment.create(name='glu')
+
+Runs stay in the data directory until deleted in the UI (or with `PUT /api/v1/runs`). See docs/dashboard.md.
+"""
+import argparse
+import errno
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import List, Optional, Sequence, Union
+
+HOST = '127.0.0.1'
+DEFAULT_PORT = 5005
+DEFAULT_DATA_DIR = Path('~/.labml_txl/dashboard')
+DATA_DIR_ENV = 'LABML_TXL_DASHBOARD_DIR'
+APP_URL_ENV = 'labml_app_url'  # what labml 0.5.3 reads when no `app_url` is configured
+# The token segment of `web_api_url`: on this dashboard it names the local user's project, so a run reported
+# there is claimed on arrival and listed under Runs (see labml_txl.dashboard_app.local_runs).
+LOCAL_TOKEN = 'default'
+
+
+class DashboardError(RuntimeError):
+    """The dashboard cannot start: a bad argument, a busy port or a missing dependency."""
+
+
+def check_port(port: int) -> int:
+    """Return `port` if it is an int in 1..65535, else raise `ValueError` naming it."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ValueError(f'port: expected an integer in 1..65535, got {port!r}')
+    return port
+
+
+def web_api_url(port: int = DEFAULT_PORT, host: str = HOST) -> str:
+    """The URL labml's `app_url` takes to report to the dashboard on `port`.
+
+    labml appends `track?run_uuid=...` to it. Its token, `LOCAL_TOKEN`, is the local user's project, so runs
+    reported to it are listed under Runs and can be deleted there.
+    """
+    return f'http://{host}:{check_port(port)}/api/v1/{LOCAL_TOKEN}'
+
+
+def run_url(run_uuid: str, port: int = DEFAULT_PORT, host: str = HOST) -> str:
+    """The page of one run on the dashboard."""
+    if not isinstance(run_uuid, str) or not run_uuid:
+        raise ValueError(f'run_uuid: expected a non-empty string, got {run_uuid!r}')
+    return f'http://{host}:{check_port(port)}/run/{run_uuid}'
+
+
+def report_to_dashboard(port: int = DEFAULT_PORT, host: str = HOST, require_running: bool = True) -> str:
+    """Make labml runs of this process report to the dashboard (call before `experiment.create`).
+
+    Same as `app_url: <web_api_url(port)>` in `.labml.yaml` or `labml_app_url=<web_api_url(port)>` in the
+    environment. With `require_running` (the default) it raises `DashboardError` when nothing listens on
+    `host:port`: labml would otherwise train, then retry for minutes at exit. Returns the URL.
+    """
+    from labml import lab
+    url = web_api_url(port, host)
+    if require_running:
+        try:
+            socket.create_connection((host, port), timeout=2).close()
+        except OSError as e:
+            raise DashboardError(f'no dashboard on {host}:{port} ({e.strerror or e}); start it with '
+                                 f'`python -m labml_txl.dashboard --port {port}`, or pass '
+                                 f'require_running=False') from e
+    lab.configure({'app_url': url})
+    return url
+
+
+def check_port_free(port: int, host: str = HOST) -> None:
+    """Raise `DashboardError` naming `host:port` when something already listens there."""
+    check_port(port)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            why = 'is already in use' if e.errno == errno.EADDRINUSE else f'cannot be bound ({e.strerror})'
+            raise DashboardError(f'port {port} on {host} {why}; stop what listens there or pass '
+                                 f'--port with another port') from e
+
+
+def _import_labml_app(data_dir: Path, port: int):
+    """Import labml_app with its Mongo set-up swapped for the file store under `data_dir`."""
+    if 'labml_app.flask_app' in sys.modules:
+        raise DashboardError('labml_app is already imported in this process; create_app runs once per process')
+    os.environ['LABML_APP_SERVER_IP'] = HOST  # read by labml_app.settings at import
+    os.environ['LABML_APP_SERVER_PORT'] = str(port)
+    try:
+        import labml_app.db as app_db
+    except ImportError as e:
+        raise DashboardError(f'the dashboard needs the labml app ({e}); install it with '
+                             f"`pip install -e '.[dashboard]'` (or `pip install labml-app`)") from e
+    from labml_txl.dashboard_app.store import init_file_db
+
+    def init_file_store(*_args, **_kwargs):
+        """What `init_mongo_db` does, on files; plus `LOCAL_TOKEN` naming the local user's project."""
+        init_file_db(data_dir, app_db.models, app_db.indexes)
+        app_db.project.create_project(app_db.settings.FLOAT_PROJECT_TOKEN, 'float project')
+        app_db.project.create_project(app_db.settings.SAMPLES_PROJECT_TOKEN, 'samples project')
+        local_user = app_db.user.get_or_create_user(identifier='local', is_local_user=True)
+        app_db.project.ProjectIndex.set(LOCAL_TOKEN, local_user.projects[0])
+
+    app_db.init_mongo_db = init_file_store  # flask_app calls db.init_mongo_db() when imported
+    import labml_app.flask_app as flask_app
+    return flask_app
+
+
+def create_app(data_dir: Union[str, Path], port: int = DEFAULT_PORT):
+    """The ASGI app: labml_app on the file store under `data_dir`, behind the local-asset page, with runs
+    reported to `web_api_url` claimed by the local user.
+
+    Returns `(app, report)`, `report` saying where the data and each page library come from.
+    Once per process: labml_app keeps its set-up in module state.
+    """
+    from labml_txl.dashboard_app.assets import LocalPageApp, find_assets, rewrite_index_html
+    from labml_txl.dashboard_app.local_runs import ClaimForToken
+    from labml_txl.dashboard_app.store import check_data_dir
+
+    check_port(port)
+    data_dir = check_data_dir(data_dir)
+    flask_app = _import_labml_app(data_dir, port)
+    static_dir = Path(flask_app.STATIC_PATH)
+    assets = find_assets()
+    html, report = rewrite_index_html((static_dir / 'index.html').read_text(encoding='utf-8'), assets)
+    app = LocalPageApp(ClaimForToken(flask_app.app, LOCAL_TOKEN), static_dir, html, assets)
+    return app, [f'data: {data_dir}'] + report
+
+
+def serve(port: int = DEFAULT_PORT, data_dir: Union[str, Path, None] = None, log_level: str = 'warning') -> None:
+    """Start the dashboard on 127.0.0.1:`port` and block until interrupted."""
+    import logging
+    check_port_free(port)
+    data_dir = data_dir or os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR
+    app, report = create_app(data_dir, port)
+    logging.getLogger('LabML logger').setLevel(log_level.upper())  # labml_app logs every request at INFO
+    try:
+        import uvicorn
+    except ImportError as e:
+        raise DashboardError("the dashboard needs uvicorn; `pip install -e '.[dashboard]'`") from e
+    for line in report:
+        print(f'labml_txl.dashboard: {line}', flush=True)
+    print(f'labml_txl.dashboard: http://{HOST}:{port}/ (runs report to app_url {web_api_url(port)})', flush=True)
+    uvicorn.run(app, host=HOST, port=port, log_level=log_level, access_log=log_level == 'debug')
+
+
+def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog='python -m labml_txl.dashboard', description=__doc__.split('\n\n')[0])
+    p.add_argument('--port', type=int, default=DEFAULT_PORT, help=f'port on {HOST} (default {DEFAULT_PORT})')
+    p.add_argument('--data-dir', default=None,
+                   help=f'where runs are kept (default ${DATA_DIR_ENV} or {DEFAULT_DATA_DIR})')
+    p.add_argument('--log-level', default='warning', choices=['debug', 'info', 'warning', 'error'])
+    return p.parse_args(argv)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _parse_args(argv)
+    try:
+        serve(args.port, args.data_dir, args.log_level)
+    except (DashboardError, ValueError) as e:
+        print(f'labml_txl.dashboard: error: {e}', file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""A file store for labml_app: its models and indexes as files under one data directory.
+
+labml_app keeps everything through labml_db, whose `Model` and `Index` classes write through the drivers
+given to `Model.set_db_drivers` / `Index.set_db_drivers`. labml_app wires MongoDB drivers in
+`labml_app.db.init_mongo_db`; `init_file_db(data_dir)` wires labml_db's file drivers instead:
+
+    DATA_DIR/models/<ModelName>/<ModelName>:<uuid>.pkl    one pickle per model instance (runs, metrics, ...)
+    DATA_DIR/indexes/<IndexName>.json                      one JSON object per index (run uuid -> model key)
+
+Models are pickled, as labml_app's own Mongo driver does (series hold numpy values). Every write goes to a
+temporary file that then replaces the old one, so a killed server never leaves half a file behind.
+Nothing is ever removed except by the app's own delete actions (e.g. deleting a run in the UI).
+"""
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable, Type, Union
+
+from labml_db import Index, Model
+from labml_db.driver.file import FileDbDriver
+from labml_db.index_driver.file import FileIndexDbDriver
+from labml_db.serializer.json import JsonSerializer
+from labml_db.serializer.pickle import PickleSerializer
+
+
+def _write_atomically(path: Path, data: Union[str, bytes]) -> None:
+    """Write `data` to `path` through a temporary file in the same folder and `os.replace`."""
+    fd, tmp = tempfile.mkstemp(prefix=f'.{path.name}.', suffix='.tmp', dir=str(path.parent))
+    try:
+        with os.fdopen(fd, 'wb' if isinstance(data, bytes) else 'w') as f:
+            f.write(data)
+        os.replace(tmp, str(path))
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class AtomicFileDbDriver(FileDbDriver):
+    """labml_db's `FileDbDriver`, writing each model through a temporary file."""
+
+    def _path_of(self, key: str) -> Path:
+        return self._db_path / f'{key}.{self._serializer.file_extension}'
+
+    def save_dict(self, key: str, data) -> None:
+        _write_atomically(self._path_of(key), self._serializer.to_string(data))
+
+    def delete(self, key: str) -> None:
+        path = self._path_of(key)
+        if path.exists():
+            path.unlink()
+
+
+class AtomicFileIndexDbDriver(FileIndexDbDriver):
+    """labml_db's `FileIndexDbDriver`, writing the index through a temporary file; adds `get_all`."""
+
+    def _save_cache(self) -> None:
+        _write_atomically(self._index_path, self._serializer.to_string(self._cache))
+
+    def get_all(self):
+        self._load_cache()
+        return list(self._cache.values())
+
+
+def check_data_dir(data_dir: Union[str, Path]) -> Path:
+    """Return `data_dir` resolved, created if missing; raise `ValueError` if it cannot hold the store."""
+    path = Path(data_dir).expanduser().resolve()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f'data_dir: {str(path)!r} exists and is not a directory; '
+                         f'give a directory (it is created when missing)')
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f'data_dir: cannot create {str(path)!r}: {e}') from e
+    if not os.access(str(path), os.W_OK):
+        raise ValueError(f'data_dir: {str(path)!r} is not writable')
+    return path
+
+
+def init_file_db(data_dir: Union[str, Path], models: Iterable[Type[Model]],
+                 indexes: Iterable[Type[Index]]) -> Path:
+    """Point labml_db's `Model` and `Index` classes at files under `data_dir`; return the resolved dir."""
+    root = check_data_dir(data_dir)
+    Model.set_db_drivers([AtomicFileDbDriver(PickleSerializer(), m, root / 'models' / m.__name__)
+                          for m in models])
+    Index.set_db_drivers([AtomicFileIndexDbDriver(JsonSerializer(), i, root / 'indexes' / f'{i.__name__}.json')
+                          for i in indexes])
+    return root
