@@ -9,40 +9,63 @@ Every item of `TrainXLConfigs` (and so of `TransformerXLConfigs`) is a key: for 
 `n_layer=4 d_model=256 max_step=2000`. `resume=RUN_UUID` continues a run from its last checkpoint, exactly as if
 it had never stopped (further key=value pairs change that run's configs, e.g. a larger `max_step`).
 `docs/options.md` lists every key; `docs/training.md` explains the workflow.
+
+Distributed data-parallel: `torchrun --nproc_per_node 2 experiments/train_xl.py [key=value ...]` (gloo on the
+CPU, NCCL on CUDA); each process trains on its share of every batch's columns.
 """
 import sys
 from typing import Any, Dict, List, Optional
 
+import torch
 from labml import experiment, logger
 from labml.internal.experiment import experiment_singleton
 
 from labml_txl.cli import parse_overrides, run_script
 from labml_txl.train.checkpoint import CheckpointError, load_latest_checkpoint
-from labml_txl.train.configs import TrainXLConfigs
+from labml_txl.train.configs import TrainXLConfigs, device_of_name
+from labml_txl.train.distributed import from_environment
 from labml_txl.train.runs import clear_stale_pid, find_run, load_overrides, save_overrides
 from labml_txl.train.trainer import Trainer, quality
 
 
 def train(overrides: Dict[str, Any], resume: Optional[str] = None, name: str = 'train_xl',
           writers=None) -> Trainer:
-    """Train (or resume run `resume`) with `overrides`; returns the trainer after the run."""
+    """Train (or resume run `resume`) with `overrides`; returns the trainer after the run.
+    Under `torchrun`, every process calls this; rank 0 writes the checkpoints and reports to labml."""
     if resume is not None:
         run_path = find_run(resume)
         overrides = {**load_overrides(run_path), **overrides}
-        clear_stale_pid(run_path)
         name = run_path.parent.name
+    device = device_of_name(overrides.get('device', 'auto'))
+    distributed = from_environment(device)
+    if distributed is None:
+        run_uuid, labml_rank = resume, {}
+    else:
+        # One run UUID for all ranks, chosen by rank 0; labml is told each process's rank
+        run_uuid = distributed.broadcast(resume or experiment.generate_uuid())
+        labml_rank = {'distributed_rank': distributed.rank, 'distributed_world_size': distributed.world_size}
+        if device.type == 'cuda':
+            device = torch.device('cuda', distributed.local_rank)
+        if not distributed.is_main:
+            writers = set()
+    if resume is not None:
+        clear_stale_pid(run_path.parent / (run_path.name if distributed is None else f'{resume}.{distributed.rank}'))
     conf = TrainXLConfigs()
-    experiment.create(name=name, uuid=resume, writers=writers)
+    experiment.create(name=name, uuid=run_uuid, writers=writers, **labml_rank)
     experiment.configs(conf, overrides)
     run = experiment_singleton().run
-    save_overrides(run.run_path, overrides)
-    trainer = Trainer(conf, checkpoint_dir=run.checkpoint_path)
+    # Rank 0's folder holds the overrides and the checkpoints
+    main_path = run.run_path if distributed is None else run.experiment_path / f'{run.uuid}.0'
+    checkpoint_dir = main_path / 'checkpoints'
+    if distributed is None or distributed.is_main:
+        save_overrides(main_path, overrides)
+    trainer = Trainer(conf, checkpoint_dir=checkpoint_dir, distributed=distributed, device=device)
     if resume is not None:
-        latest = load_latest_checkpoint(run.checkpoint_path)
+        latest = load_latest_checkpoint(checkpoint_dir)
         if latest is None:
-            raise CheckpointError(f"run {resume} has no checkpoint in {run.checkpoint_path} to resume from")
+            raise CheckpointError(f"run {resume} has no checkpoint in {checkpoint_dir} to resume from")
         step, state = latest
-        trainer.load_state_dict(state, source=str(run.checkpoint_path / str(step)))
+        trainer.load_state_dict(state, source=str(checkpoint_dir / str(step)))
         logger.log(f'Resuming run {resume} from step {step}')
     with experiment.start(global_step=trainer.step):
         valid = trainer.run()

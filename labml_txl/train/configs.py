@@ -134,17 +134,22 @@ def check_training_configs(c: TrainXLConfigs) -> None:
         raise ValueError(f"max_step={c.max_step} is not accepted: train for at least one step")
 
 
-def device_of(c: TrainXLConfigs) -> torch.device:
-    """The device `c.device` names; `'auto'` is CUDA when there is one."""
-    if c.device == 'auto':
+def device_of_name(name: str) -> torch.device:
+    """The device `name` names; `'auto'` is CUDA when there is one."""
+    if name == 'auto':
         return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
     try:
-        device = torch.device(c.device)
+        device = torch.device(name)
     except RuntimeError as error:
-        raise ValueError(f"device={c.device!r} is not accepted: {error}") from error
+        raise ValueError(f"device={name!r} is not accepted: {error}") from error
     if device.type == 'cuda' and not torch.cuda.is_available():
-        raise ValueError(f"device={c.device!r} is not accepted: this machine has no CUDA device; use 'cpu' or 'auto'")
+        raise ValueError(f"device={name!r} is not accepted: this machine has no CUDA device; use 'cpu' or 'auto'")
     return device
+
+
+def device_of(c: TrainXLConfigs) -> torch.device:
+    """The device of the configs' `device` item."""
+    return device_of_name(c.device)
 
 
 # ## Training columns of the presets (`presets.md`)

@@ -24,12 +24,16 @@ class RunNotFoundError(LookupError):
 
 
 def find_run(run_uuid: str) -> Path:
-    """The folder of run `run_uuid` under the lab's experiments, or a `RunNotFoundError` naming where it looked."""
+    """
+    The folder of run `run_uuid` under the lab's experiments (rank 0's, `<uuid>.0`, for a distributed run), or a
+    `RunNotFoundError` naming where it looked.
+    """
     experiments = Path(lab.get_experiments_path())
     if experiments.exists():
         for experiment_path in experiments.iterdir():
-            if (experiment_path / run_uuid).is_dir():
-                return experiment_path / run_uuid
+            for folder in (run_uuid, f'{run_uuid}.0'):
+                if (experiment_path / folder).is_dir():
+                    return experiment_path / folder
     known = sorted(p.name for e in experiments.iterdir() if e.is_dir() for p in e.iterdir()) \
         if experiments.exists() else []
     hint = f" Runs there: {', '.join(known[-5:])}" if known else ' There are no runs there.'

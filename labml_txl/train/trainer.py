@@ -28,6 +28,7 @@ from labml import monit, tracker
 
 from .checkpoint import load_model_state, save_checkpoint
 from .configs import TrainXLConfigs, check_training_configs, device_of
+from .distributed import DistributedContext, check_divisible
 
 
 def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
@@ -49,12 +50,15 @@ class Trainer:
     Args:
         conf: the run's configs (computed lazily: building the trainer builds the model and the optimizer).
         checkpoint_dir: where checkpoints go (the labml run's `checkpoints/` folder); `None` saves none.
+        distributed: this process's rank in a `torchrun` launch (see `distributed.py`); `None` for one process.
     """
 
-    def __init__(self, conf: TrainXLConfigs, checkpoint_dir: Optional[Path] = None):
+    def __init__(self, conf: TrainXLConfigs, checkpoint_dir: Optional[Path] = None,
+                 distributed: Optional[DistributedContext] = None, device: Optional[torch.device] = None):
         check_training_configs(conf)
         self.conf = conf
-        self.device = device_of(conf)
+        self.distributed = distributed
+        self.device = device or device_of(conf)
         if conf.precision == 'fp16' and self.device.type != 'cuda':
             raise ValueError(f"precision='fp16' is not accepted on device {self.device}: fp16 training needs CUDA "
                              f"(its gradient scaler); use 'bf16' on the CPU")
@@ -62,6 +66,11 @@ class Trainer:
         random.seed(conf.seed)
         self.corpus = conf.corpus
         self.model = conf.model.to(self.device)
+        # The module that computes the forward pass: the model itself, or its DistributedDataParallel wrapper
+        self.forward_module = self.model
+        if distributed is not None:
+            check_divisible(conf.batch_size, distributed.world_size, conf.batch_chunk)
+            self.forward_module = torch.nn.parallel.DistributedDataParallel(self.model)
         self.optimizer = conf.optimizer
         self.scheduler = conf.scheduler
         # `dev_perf` follows the validation loss; the others follow the step count
@@ -119,19 +128,26 @@ class Trainer:
         conf = self.conf
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.distributed is not None:
+            # This rank's columns; DistributedDataParallel averages the gradients over the ranks
+            columns = self.distributed.columns(data.shape[1])
+            data, target = data[:, columns], target[:, columns]
         chunks = conf.batch_chunk
-        bsz = data.shape[1]
-        size = bsz // chunks
+        size = data.shape[1] // chunks
         total, new_mems = 0.0, []
         for i in range(chunks):
             columns = slice(i * size, (i + 1) * size)
             mems = [] if self.mems is None else [m[:, columns] for m in self.mems]
-            with self._autocast():
-                loss, *chunk_mems = self.model(data[:, columns], target[:, columns], *mems)
-            # Mean over positions and this chunk's columns, in at least float32; divided by `chunks` so the
-            # sum is the batch mean
-            loss = _at_least_float32(loss).mean() / chunks
-            self.scaler.scale(loss).backward()
+            # Gradients are averaged over the ranks once, after the last chunk
+            last = i == chunks - 1
+            sync = contextlib.nullcontext() if last or self.distributed is None else self.forward_module.no_sync()
+            with sync:
+                with self._autocast():
+                    loss, *chunk_mems = self.forward_module(data[:, columns], target[:, columns], *mems)
+                # Mean over positions and this chunk's columns, in at least float32; divided by `chunks` so the
+                # sum is the batch mean
+                loss = _at_least_float32(loss).mean() / chunks
+                self.scaler.scale(loss).backward()
             total += loss.item()
             new_mems.append(chunk_mems)
         self.mems = [torch.cat(layer, dim=1) for layer in zip(*new_mems)] if new_mems[0] else None
@@ -142,6 +158,8 @@ class Trainer:
         if not self._steps_on_validation:
             self.scheduler.step()
         self.grad_norm = grad_norm.item()
+        if self.distributed is not None:
+            total = self.distributed.sum(total)[0] / self.distributed.world_size
         return total
 
     @torch.no_grad()
@@ -162,11 +180,17 @@ class Trainer:
         for i, (data, target, seq_len) in enumerate(iterator):
             if 0 < max_steps <= i:
                 break
+            if self.distributed is not None:
+                columns = self.distributed.columns(data.shape[1])
+                data, target = data[:, columns], target[:, columns]
             with self._autocast():
                 loss, *mems = model(data, target, *mems)
             total_loss += seq_len * _at_least_float32(loss).mean().item()
             total_len += seq_len
         model.reset_length(conf.tgt_len, conf.ext_len, conf.mem_len)
+        if self.distributed is not None:
+            # Every rank scored as many positions, so the mean over ranks is the mean over the whole batch
+            total_loss = self.distributed.sum(total_loss)[0] / self.distributed.world_size
         return total_loss / max(total_len, 1)
 
     # ## State for exact resume
@@ -177,7 +201,7 @@ class Trainer:
             'model': self.model.state_dict(), 'optimizer': self.optimizer.state_dict(),
             'scheduler': self.scheduler.state_dict(), 'scaler': self.scaler.state_dict(),
             'train_iterator': self.train_iter.state_dict(),
-            'mems': None if self.mems is None else [m.cpu() for m in self.mems],
+            'mems': None if self.mems is None else [m.cpu() for m in self._all_columns(self.mems)],
             'rng': {'torch': torch.get_rng_state(), 'python': random.getstate(),
                     'cuda': torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
         }
@@ -188,16 +212,26 @@ class Trainer:
         self.scheduler.load_state_dict(state['scheduler'])
         self.scaler.load_state_dict(state['scaler'])
         self.train_iter.load_state_dict(state['train_iterator'])
-        self.mems = None if state['mems'] is None else [m.to(self.device) for m in state['mems']]
+        mems = state['mems']
+        if mems is not None and self.distributed is not None:
+            columns = self.distributed.columns(mems[0].shape[1])
+            mems = [m[:, columns] for m in mems]
+        self.mems = None if mems is None else [m.to(self.device) for m in mems]
         self.step, self.epoch, self.best_valid = state['step'], state['epoch'], state['best_valid']
         torch.set_rng_state(state['rng']['torch'])
         random.setstate(state['rng']['python'])
         if state['rng']['cuda'] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state['rng']['cuda'])
 
+    def _all_columns(self, mems: List[torch.Tensor]) -> List[torch.Tensor]:
+        """The memories of every column of the batch (gathered from the ranks when distributed)."""
+        return mems if self.distributed is None else self.distributed.gather_columns(mems)
+
     def save(self) -> None:
-        if self.checkpoint_dir is not None:
-            save_checkpoint(self.checkpoint_dir, self.step, self.state_dict())
+        """Write a checkpoint; every rank takes part (the memories are gathered), rank 0 writes."""
+        state = self.state_dict()
+        if self.checkpoint_dir is not None and (self.distributed is None or self.distributed.is_main):
+            save_checkpoint(self.checkpoint_dir, self.step, state)
 
     # ## The loop
 

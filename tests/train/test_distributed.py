@@ -1,0 +1,67 @@
+"""
+Two CPU processes under torchrun (gloo), each on half of every batch's columns, end with the parameters of one
+process trained on the whole global batch.
+"""
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import torch
+from labml import lab
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / 'experiments'))
+
+import train_xl  # noqa: E402
+
+OVERRIDES = {'n_layer': 2, 'd_model': 32, 'n_head': 2, 'd_head': 16, 'd_inner': 64, 'dropout': 0.0,
+             'tgt_len': 12, 'mem_len': 12, 'batch_size': 8, 'batch_chunk': 2, 'max_step': 6, 'eval_interval': 3,
+             'max_eval_steps': 2, 'checkpoint_interval': 3, 'device': 'cpu',
+             # SGD keeps the comparison about the gradients: Adam divides by sqrt(v), which turns float32 rounding
+             # in a near-zero gradient (summed in another order across processes) into a visible step
+             'optimizer': 'sgd', 'lr': 0.1, 'mom': 0.9}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_equal_one_process_on_the_global_batch(tmp_path):
+    out = tmp_path / 'rank0.pt'
+    (tmp_path / 'lab').mkdir()
+    (tmp_path / 'single').mkdir()
+    script = tmp_path / 'worker.py'
+    script.write_text(textwrap.dedent(f'''
+        import sys, torch
+        sys.path.insert(0, {str(REPO / 'experiments')!r})
+        from labml import lab
+        lab.configure({{'path': {str(tmp_path / 'lab')!r}}})
+        import train_xl
+        trainer = train_xl.train({OVERRIDES!r}, writers=set())
+        if trainer.distributed.is_main:
+            torch.save({{'model': trainer.model.state_dict(), 'history': trainer.history,
+                         'checkpoints': sorted(p.name for p in trainer.checkpoint_dir.iterdir())}}, {str(out)!r})
+    '''))
+    launched = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2',
+                               '--master_addr', '127.0.0.1', '--master_port', str(_free_port()), str(script)],
+                              capture_output=True, text=True, timeout=300)
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    distributed = torch.load(out, weights_only=False)
+
+    lab.configure({'path': str(tmp_path / 'single')})
+    try:
+        single = train_xl.train(dict(OVERRIDES), writers=set())
+    finally:
+        lab.configure({'path': str(REPO)})
+    for name, param in single.model.state_dict().items():
+        torch.testing.assert_close(distributed["model"][name], param, rtol=0, atol=1e-6, msg=lambda m: f"{name}: {m}")
+    # The loss each step reports is the mean over the whole batch on every rank
+    for (step, loss), (single_step, single_loss) in zip(distributed['history'], single.history):
+        assert step == single_step and abs(loss - single_loss) < 1e-5
+    # Only rank 0 wrote checkpoints
+    assert distributed['checkpoints'] == ['3', '6']
+    assert not list((tmp_path / 'lab').glob('logs/*/*.1/checkpoints'))
