@@ -31,7 +31,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q tests
 
 demo: $(STAMP)
-	$(PY) experiments/char_transformer.py
+	$(PY) experiments/demo.py
 
 clean-venv:
 	rm -rf $(VENV)

@@ -83,6 +83,7 @@ class Trainer:
         self.epoch = 0
         self.mems: Optional[List[torch.Tensor]] = None
         self.best_valid: Optional[float] = None
+        self.last_valid: Optional[float] = None
         self._pass = None
         self._pass_ends = False
         # (step, training loss) of every step this trainer ran
@@ -240,6 +241,7 @@ class Trainer:
         if self._steps_on_validation:
             self.scheduler.step(valid)
         self.best_valid = valid if self.best_valid is None else min(self.best_valid, valid)
+        self.last_valid = valid
         tracker.save({'loss.valid': valid, **{f'{k}.valid': v for k, v in quality(valid, self.corpus.level).items()}})
         return valid
 

@@ -1,0 +1,85 @@
+"""
+The demo `make demo` runs: the labml dashboard, a small Transformer-XL trained on the bundled Tiny Shakespeare on
+the CPU within a bounded time, its validation bits per character, a sample, and where to see the run.
+
+    python experiments/demo.py [time_limit=480] [port=5005] [key=value ...]
+
+Other `key=value` pairs override the training configs (see `train_xl.py --help`). The dashboard keeps running
+after the demo (its address and process id are printed); runs stay in `logs/dashboard` until deleted there.
+"""
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List
+
+from labml_txl.cli import parse_overrides, run_script
+from labml_txl.dashboard import DEFAULT_PORT, report_to_dashboard, run_url
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import generate_xl  # noqa: E402
+import train_xl  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+# A small model that learns fast on two cores: no dropout (it underfits in minutes), a high learning rate with
+# warm-up and a cosine decay over the steps the time budget allows
+DEMO = {'n_layer': 4, 'd_model': 128, 'n_head': 4, 'd_head': 32, 'd_inner': 512, 'dropout': 0.0, 'dropatt': 0.0,
+        'tgt_len': 64, 'mem_len': 64, 'batch_size': 16, 'lr': 0.002, 'warmup_step': 100, 'max_step': 2500,
+        'eval_interval': 500, 'checkpoint_interval': 500, 'time_limit': 480.0}
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(('127.0.0.1', port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def start_dashboard(port: int) -> str:
+    """Start the dashboard in the background (or find the one already on `port`); returns a line to print."""
+    if _listening(port):
+        return f'the dashboard already running on port {port}'
+    log = REPO / 'logs' / 'dashboard.log'
+    log.parent.mkdir(parents=True, exist_ok=True)
+    process = subprocess.Popen([sys.executable, '-m', 'labml_txl.dashboard', '--port', str(port),
+                                '--data-dir', str(REPO / 'logs' / 'dashboard')],
+                               stdout=open(log, 'a'), stderr=subprocess.STDOUT, start_new_session=True)
+    for _ in range(120):
+        if _listening(port):
+            return f'dashboard process {process.pid} (stop it with `kill {process.pid}`; its log: {log})'
+        if process.poll() is not None:
+            raise RuntimeError(f'the dashboard did not start (exit code {process.returncode}); see {log}')
+        time.sleep(0.5)
+    raise RuntimeError(f'the dashboard did not answer on port {port} within 60 s; see {log}')
+
+
+def demo(args: List[str]) -> None:
+    overrides = parse_overrides(args)
+    port = int(overrides.pop('port', DEFAULT_PORT))
+    dashboard = start_dashboard(port)
+    report_to_dashboard(port)
+    started = time.time()
+    trainer = train_xl.train({**DEMO, **overrides}, name='demo')
+    minutes = (time.time() - started) / 60
+    valid = trainer.last_valid
+    sample = generate_xl.sample_text(trainer.model, trainer.corpus, prompt='ROMEO:\n', n_tokens=400,
+                                     temperature=0.8, top_p=0.95)
+    from labml.internal.experiment import experiment_singleton
+    run_uuid = experiment_singleton().run.uuid
+    print('\n' + '=' * 80)
+    print(f'Trained {trainer.step} steps in {minutes:.1f} minutes on {trainer.device}: '
+          f'validation {valid / 0.6931471805599453:.3f} bits per character (loss {valid:.4f} nats)')
+    print('-' * 80 + '\nA sample (temperature 0.8, top-p 0.95):\n')
+    print(sample)
+    print('-' * 80)
+    print(f'Dashboard: {run_url(run_uuid, port)}  ({dashboard})')
+    print(f'Run {run_uuid}: evaluate with `.venv/bin/python experiments/eval_xl.py {run_uuid} split=test`, '
+          f'sample with `.venv/bin/python experiments/generate_xl.py {run_uuid}`')
+
+
+if __name__ == '__main__':
+    sys.exit(run_script(demo, sys.argv[1:], __doc__))
