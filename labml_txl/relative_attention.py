@@ -195,3 +195,156 @@ def masked_softmax(scores: torch.Tensor, masked: Optional[torch.Tensor], dim: in
         # Exact zeros already, except in a row with every key masked: that row attends to nothing
         probs = probs.masked_fill(masked, 0.0)
     return probs
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Fast paths: head-major layout `[batch, heads, seq, d_head]`, a shift that is a view, a softmax over the last axis
+# ---------------------------------------------------------------------------------------------------------------
+
+def to_heads(x: torch.Tensor, n_head: int, d_head: int) -> torch.Tensor:
+    r"""
+    `[seq, batch, n_head * d_head]` to the head-major `[batch, n_head, seq, d_head]`, contiguous: every score and
+    value product is then one plain batched `@` over `batch * n_head` matrices, with no per-batch copies.
+    """
+    return x.reshape(x.shape[0], x.shape[1], n_head, d_head).permute(1, 2, 0, 3).contiguous()
+
+
+def from_heads(x: torch.Tensor) -> torch.Tensor:
+    """`[batch, n_head, seq, d_head]` back to `[seq, batch, n_head * d_head]` (heads concatenated)."""
+    batch, n_head, seq, d_head = x.shape
+    return x.permute(2, 0, 1, 3).reshape(seq, batch, n_head * d_head)
+
+
+def pad_table(table: torch.Tensor, klen: int) -> torch.Tensor:
+    r"""
+    Zero entries appended at the end of the relative table (axis -2) until it has at least `klen + 1` of them, so
+    that `relative_shift_view` can read it with a row stride of at least `klen` (rows that never overlap).
+
+    The appended entries play the part of the original's zero pad: they land only where a decoder masks (the
+    future, $j > m + i$). The table is `[.., L, d_head]`, not batch-sized, so the copy is small.
+    """
+    missing = klen + 1 - table.shape[-2]
+    if missing <= 0:
+        return table
+    zeros = table.new_zeros(table.shape[:-2] + (missing, table.shape[-1]))
+    return torch.cat([table, zeros], dim=-2)
+
+
+def relative_shift_view(x: torch.Tensor, klen: int) -> torch.Tensor:
+    r"""
+    `relative_shift` as a strided view, without the pad-and-copy: `out[.., i, j] = x[.., i, j + qlen - 1 - i]`.
+
+    With the last two axes of `x` contiguous (`[.., qlen, L]`, `L >= klen + 1`), that element sits at flat offset
+    $i L + j + q - 1 - i = (q - 1) + i (L - 1) + j$: a view starting at $q - 1$ with row stride $L - 1$. Rows
+    do not overlap because $L - 1 \ge k$, so the backward pass is a plain strided copy too.
+    Entries with $j + q - 1 - i \ge L$ run into the next row; for a decoder they are the future and masked.
+
+    Shape:
+        `x` `[.., qlen, L]`; returns `[.., qlen, klen]` (a view of `x`).
+    """
+    qlen, rlen = x.shape[-2], x.shape[-1]
+    if rlen < klen + 1:
+        raise ValueError(f"relative_shift_view needs a table of at least klen + 1 = {klen + 1} entries, got {rlen}: "
+                         f"pad it with pad_table first")
+    flat = x.flatten(-2)
+    shifted = flat.narrow(-1, qlen - 1, qlen * (rlen - 1)).unflatten(-1, (qlen, rlen - 1))
+    # A decoder's padded table has exactly `klen + 1` entries: nothing to cut (and no slice to undo in backward)
+    return shifted if rlen - 1 == klen else shifted[..., :klen]
+
+
+def relative_attention_scores_heads(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor,
+                                    u: Optional[torch.Tensor], v: Optional[torch.Tensor],
+                                    r_bias: Optional[torch.Tensor] = None, scale: float = 1.0) -> torch.Tensor:
+    r"""
+    `relative_attention_scores` in the head-major layout, times `scale`: the same numbers up to float rounding.
+
+    $$\mathit{scale} \cdot A^{rel} = \mathit{scale} \cdot \bigl(\underbrace{(Q + u) K^\top}_{(a) + (c)}
+      + \mathop{shift}(\underbrace{(Q + v) R^\top}_{(b) + (d)})\bigr)$$
+
+    The shift is a view and the sum and the scale are folded into one `baddbmm`
+    ($\beta \cdot \mathit{shifted} + \alpha \cdot (Q + u) K^\top$), so no separate add or multiply pass.
+
+    Shape:
+        `q` `[batch, heads, qlen, d_head]`, `k` `[batch, heads, klen, d_head]`, `r` the projected table
+        `[heads, rlen, d_head]` (distances from `klen - 1` down; `rlen >= klen`), `u`, `v` `[heads, d_head]` or
+        None, `r_bias` `[heads, rlen]` (attention type 1's $b_s$, added per table entry) or None.
+        Returns `[batch, heads, qlen, klen]`.
+    """
+    batch, heads, qlen, d_head = q.shape
+    klen = k.shape[-2]
+    # $(b) + (d) = (q_i + v)^\top r_s$ per table entry $s$; the table padded so the shift is a view
+    q_v = q if v is None else q + v[:, None]
+    bd = torch.matmul(q_v, pad_table(r, klen).transpose(-1, -2))
+    if r_bias is not None:
+        bd = bd + pad_table(r_bias[..., None], klen)[..., 0][:, None]
+    # Shifted to key positions, `[batch * heads, qlen, klen]` (still a view)
+    bd = relative_shift_view(bd, klen).reshape(batch * heads, qlen, klen)
+    # $(a) + (c) = (q_i + u)^\top k_j$
+    q_u = q if u is None else q + u[:, None]
+    # $\mathit{scale} \cdot ((b) + (d)) + \mathit{scale} \cdot ((a) + (c))$ in one product
+    score = torch.baddbmm(bd, q_u.reshape(batch * heads, qlen, d_head),
+                          k.reshape(batch * heads, klen, d_head).transpose(1, 2), beta=scale, alpha=scale)
+    return score.view(batch, heads, qlen, klen)
+
+
+def relative_attention_sdpa(q: torch.Tensor, k: torch.Tensor, v_heads: torch.Tensor, r: torch.Tensor,
+                            u: Optional[torch.Tensor], v: Optional[torch.Tensor], scale: float,
+                            masked: Optional[torch.Tensor], r_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    r"""
+    Relative attention by `scaled_dot_product_attention`, with the position terms as an additive bias:
+
+    $$\mathop{softmax}_j\bigl(\mathit{scale} \cdot (q_i + u)^\top k_j + B_{i,j}\bigr) v_j, \qquad
+      B_{i,j} = \mathit{scale} \cdot \mathop{shift}((Q + v) R^\top)_{i,j}\ (-\infty \text{ where masked})$$
+
+    Only without gradients: SDPA on the CPU has no fused backward for a bias that needs one (it falls back to
+    the explicit computation, slower than ours). No row may be fully masked (SDPA would give NaN there).
+
+    Shape:
+        `q`, `k`, `v_heads` head-major `[batch, heads, len, d_head]`; `r`, `u`, `v`, `r_bias` as
+        `relative_attention_scores_heads`; `masked` True where masked, broadcasting to `[batch, heads, qlen, klen]`.
+        Returns `[batch, heads, qlen, d_head]`.
+    """
+    klen = k.shape[-2]
+    # $\mathit{scale} \cdot ((b) + (d))$ per table entry: the scale on $Q + v$, four times smaller than the scores
+    q_v = (q if v is None else q + v[:, None]) * scale
+    bd = torch.matmul(q_v, pad_table(r, klen).transpose(-1, -2))
+    if r_bias is not None:
+        bd = bd + pad_table(r_bias[..., None], klen)[..., 0][:, None] * scale
+    # $B$: shifted to key positions by a view, then one pass to a contiguous tensor, $-\infty$ where masked
+    bias = relative_shift_view(bd, klen)
+    bias = bias.contiguous() if masked is None else bias.masked_fill(masked, float('-inf'))
+    q_u = q if u is None else q + u[:, None]
+    return F.scaled_dot_product_attention(q_u, k, v_heads, attn_mask=bias.to(q_u.dtype), scale=scale)
+
+
+def heads_mask(masked: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """A mask `[qlen, klen]` or `[qlen, klen, batch or 1]` in the layout of head-major scores,
+    `[qlen, klen]` or `[batch or 1, 1, qlen, klen]`."""
+    if masked is None or masked.dim() == 2:
+        return masked
+    if masked.shape[2] == 1:
+        return masked[:, :, 0]
+    return masked.permute(2, 0, 1)[:, None]
+
+
+def masked_softmax_heads(scores: torch.Tensor, masked: Optional[torch.Tensor], zero_masked_rows: bool = True,
+                         inplace: bool = False) -> torch.Tensor:
+    r"""
+    `masked_softmax` over the last, contiguous axis of head-major scores `[batch, heads, qlen, klen]`;
+    `masked` is True where a key is masked, in a shape that broadcasts (see `heads_mask`).
+
+    `zero_masked_rows=False` leaves out the second fill that gives a row with every key masked all-zero
+    weights: only for masks where no row is fully masked (a decoder's causal mask always leaves key $m + i$),
+    where the two agree exactly (masked scores are the dtype's minimum, whose $\exp$ is exactly 0).
+    `inplace=True` fills `scores` itself: for a fresh product whose backward does not need it (one pass saved).
+    """
+    if masked is not None:
+        fill = scores.masked_fill_ if inplace else scores.masked_fill
+        scores = fill(masked, torch.finfo(scores.dtype).min)
+    if scores.dtype in (torch.float16, torch.bfloat16):
+        probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
+    else:
+        probs = F.softmax(scores, dim=-1)
+    if masked is not None and zero_masked_rows:
+        probs = probs.masked_fill(masked, 0.0)
+    return probs

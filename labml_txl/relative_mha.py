@@ -16,6 +16,10 @@ Positions: the queries are the last `seq_q` of the `seq_k` key positions (equal 
 with a memory in front of the keys, the memory comes first). Distances run from `seq_k - 1` down to
 `-(seq_q - 1)`, so every pair is scored exactly, keys after the query included: an unmasked encoder works, and a
 decoder passes a causal mask as it would to `MultiHeadAttention`.
+
+`fast = True` (the default) computes in the head-major layout `[batch, heads, seq, d_k]` with the shift as a
+view and caches the sinusoids per shape; `fast = False` is the plain computation of
+`labml_txl.relative_attention` (einsums over `[seq_q, seq_k, batch, heads]`). They agree to float rounding.
 """
 import math
 from typing import Optional, Tuple, Union
@@ -25,8 +29,9 @@ from torch import nn
 
 from .attention_mask import check_mask
 from .mha import check_heads
-from .relative_attention import (masked_softmax, relative_attention_scores, relative_distances,
-                                 sinusoid_inverse_frequencies, sinusoidal_embeddings)
+from .relative_attention import (from_heads, heads_mask, masked_softmax, masked_softmax_heads,
+                                 relative_attention_scores, relative_attention_scores_heads, relative_distances,
+                                 sinusoid_inverse_frequencies, sinusoidal_embeddings, to_heads)
 
 
 class RelativeMultiHeadAttention(nn.Module):
@@ -67,6 +72,10 @@ class RelativeMultiHeadAttention(nn.Module):
         self.dropout = nn.Dropout(dropout_prob)
         # $\frac{1}{\sqrt{d_k}}$
         self.scale = 1 / math.sqrt(self.d_k)
+        # The head-major fast path (False: the plain computation)
+        self.fast = True
+        # The sinusoids $R_d$ of the last shape seen: `(seq_q, seq_k, dtype, device)` and the table
+        self._sinusoids = (None, None)
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         """`[seq, batch, d_model]` to `[seq, batch, heads, d_k]`."""
@@ -74,15 +83,26 @@ class RelativeMultiHeadAttention(nn.Module):
 
     def _distance_embeddings(self, seq_q: int, seq_k: int, dtype: torch.dtype, device) -> torch.Tensor:
         """$W_{k,R} R_d$ for the distances $d$ = `seq_k - 1 .. -(seq_q - 1)`, `[seq_k + seq_q - 1, heads, d_k]`."""
+        key = (seq_q, seq_k, dtype, device)
+        if self.fast and not torch.compiler.is_compiling():
+            # The sinusoids depend only on the shape: computed once per shape (the projection is not cached)
+            if self._sinusoids[0] != key:
+                self._sinusoids = (key, self._sinusoids_of(seq_q, seq_k, dtype, device))
+            r = self._sinusoids[1]
+        else:
+            r = self._sinusoids_of(seq_q, seq_k, dtype, device)
+        # $W_{k,R} R_d$
+        return self._heads(self.r_net(r)[:, None, :])[:, 0]
+
+    def _sinusoids_of(self, seq_q: int, seq_k: int, dtype: torch.dtype, device) -> torch.Tensor:
+        """$R_d$ for the distances $d$ = `seq_k - 1 .. -(seq_q - 1)`, `[seq_k + seq_q - 1, d_model]`."""
         # Distances are exact integers only in float32 or float64
         pos_dtype = torch.float64 if dtype == torch.float64 else torch.float32
         distances = relative_distances(seq_q, seq_k, bidirectional=True, dtype=pos_dtype, device=device)
         # $\omega_i = 1 / 10000^{2i/d}$, computed in the precision of the distances (no buffer to lose it)
         inv_freq = sinusoid_inverse_frequencies(self.d_model, dtype=pos_dtype, device=device)
         # $R_d$
-        r = sinusoidal_embeddings(distances, inv_freq).to(dtype)
-        # $W_{k,R} R_d$
-        return self._heads(self.r_net(r)[:, None, :])[:, 0]
+        return sinusoidal_embeddings(distances, inv_freq).to(dtype)
 
     def forward(self, *, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 mask: Optional[torch.Tensor] = None,
@@ -98,6 +118,8 @@ class RelativeMultiHeadAttention(nn.Module):
         seq_k = key.shape[0]
         check_mask(mask, seq_q, seq_k, batch_size)
 
+        if self.fast:
+            return self._forward_heads(query, key, value, mask, need_weights)
         q = self._heads(self.query(query))
         k = self._heads(self.key(key))
         v = self._heads(self.value(value))
@@ -113,4 +135,25 @@ class RelativeMultiHeadAttention(nn.Module):
         output = self.output(x)
         if need_weights:
             return output, weights
+        return output
+
+    def _forward_heads(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                       mask: Optional[torch.Tensor],
+                       need_weights: bool) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+        """The fast path: head-major `[batch, heads, seq, d_k]`, batched `@`, the shift as a view."""
+        seq_q, batch_size, _ = query.shape
+        seq_k = key.shape[0]
+        q = to_heads(self.query(query), self.heads, self.d_k)
+        k = to_heads(self.key(key), self.heads, self.d_k)
+        v = to_heads(self.value(value), self.heads, self.d_k)
+        # $W_{k,R} R_d$ as `[heads, seq_k + seq_q - 1, d_k]`
+        r = self._distance_embeddings(seq_q, seq_k, q.dtype, q.device).transpose(0, 1)
+        # $A^{rel} / \sqrt{d_k}$, `[batch, heads, seq_q, seq_k]`
+        scores = relative_attention_scores_heads(q, k, r, self.r_w_bias, self.r_r_bias, scale=self.scale)
+        weights = masked_softmax_heads(scores, None if mask is None else heads_mask(~mask), inplace=True)
+        weights = self.dropout(weights)
+        # $\sum_j a_{i,j} v_j$, heads concatenated
+        output = self.output(from_heads(torch.matmul(weights, v)))
+        if need_weights:
+            return output, weights.permute(2, 3, 0, 1)
         return output

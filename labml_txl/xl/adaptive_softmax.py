@@ -123,6 +123,9 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
             # $-\log p(w \mid h)$
             return -F.log_softmax(logit, dim=-1).gather(1, target[:, None]).squeeze(1)
 
+        if torch.compiler.is_compiling():
+            # No data-dependent shapes under `torch.compile`: every cluster for every row, then the target's
+            return -self.log_prob(hidden).gather(1, target[:, None]).squeeze(1)
         head_weight, head_bias = self._cluster_params(0)
         # $\log p_{head}(\cdot \mid h)$, `[N, shortlist + n_clusters]`
         head_logprob = F.log_softmax(self._compute_logit(hidden, head_weight, head_bias, self._proj(0)), dim=1)

@@ -11,14 +11,23 @@ dropout on the attention weights (`dropatt`), the output projection $W_o$ (`o_ne
 residual connection with layer normalisation after it (post-LN) or before the projections (`pre_lnorm`).
 Masks inside `xl/` follow the original: boolean, **True where a key is masked**, `[qlen, klen, 1]` or
 `[qlen, klen]`. The variants differ only in the score $A_{i,j}$.
+
+## Two paths, one result
+
+`fast = True` (the default) computes in the head-major layout `[bsz, n_head, seq, d_head]`: queries, keys and
+values are made contiguous once, every product is a plain batched `@`, the relative shift is a view
+(`relative_shift_view`) and the softmax runs over the last, contiguous axis; the absolute variants call
+`scaled_dot_product_attention`. `fast = False` is the original's computation (einsums over
+`[qlen, klen, bsz, n_head]`, the pad-and-copy shift), kept to compare against: the two agree to float rounding.
 """
 from typing import Optional
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from ..errors import require_positive_int
-from ..relative_attention import masked_softmax
+from ..relative_attention import from_heads, heads_mask, masked_softmax, masked_softmax_heads, to_heads
 from .checks import check_probability
 
 
@@ -55,6 +64,17 @@ class XLAttentionBase(nn.Module):
         self.pre_lnorm = pre_lnorm
         # The original rounds attention type 0's scores to float32 before its softmax; see `MemTransformerLM`
         self.round_scores_to_float32 = False
+        # The head-major fast path (False: the original's computation)
+        self.fast = True
+        # Keys and values `[2, bsz, n_head, mlen, d_head]` of the memory, computed by the segment before: set by
+        # `MemTransformerLM` for one call in no-grad evaluation (attention types 0 and 1), else None
+        self.mems_kv: Optional[torch.Tensor] = None
+        # When True, the fast path leaves the keys and values of memory and segment in `last_kv`
+        self.keep_kv = False
+        self.last_kv: Optional[torch.Tensor] = None
+        # A row with every key masked gets zero weights; `MemTransformerLM` turns this off (its masks always leave
+        # key $m + i$ to query $i$, so the second fill changes nothing there)
+        self.zero_masked_rows = True
 
     def _attend(self, score: torch.Tensor, attn_mask: Optional[torch.Tensor], head_v: torch.Tensor) -> torch.Tensor:
         """Scaled, masked softmax of `score` `[qlen, klen, bsz, n_head]` applied to `head_v`
@@ -69,6 +89,33 @@ class XLAttentionBase(nn.Module):
         attn_vec = torch.einsum('ijbn,jbnd->ibnd', attn_prob, head_v)
         return attn_vec.reshape(attn_vec.shape[0], attn_vec.shape[1], self.n_head * self.d_head)
 
+    @property
+    def _fold_scale(self) -> float:
+        """The scale to fold into the score product (`scale=`), or 1 when the scores must be scaled after their
+        sum, in the original's order (`round_scores_to_float32` reproduces the original's bits)."""
+        return 1.0 if self.round_scores_to_float32 else self.scale
+
+    def _attend_heads(self, score: torch.Tensor, attn_mask: Optional[torch.Tensor],
+                      head_v: torch.Tensor) -> torch.Tensor:
+        """`_attend` in the head-major layout: `score` `[bsz, n_head, qlen, klen]` (already times
+        `_fold_scale`), `head_v` `[bsz, n_head, klen, d_head]`; returns `[qlen, bsz, n_head * d_head]`."""
+        if self.round_scores_to_float32:
+            score = score * self.scale
+            score = score.float().to(score.dtype)
+        # $\mathop{softmax}_j(A_{i,j} / \sqrt{d_{head}})$ over the last axis
+        # (in place: `score` is a fresh product here)
+        attn_prob = masked_softmax_heads(score, heads_mask(attn_mask), self.zero_masked_rows, inplace=True)
+        attn_prob = self.dropatt(attn_prob)
+        # $\sum_j p_{i,j} v_j$ as one batched `@`
+        return from_heads(torch.matmul(attn_prob, head_v))
+
+    def _use_sdpa_bias(self) -> bool:
+        """Relative attention through SDPA with the positions as a bias: only where it is faster (no gradient
+        to compute, measured in `experiments/benchmark.py`), without attention dropout, and not when the
+        original's float32 rounding of the scores is asked for (SDPA never shows the scores)."""
+        return (not torch.is_grad_enabled() and not self.round_scores_to_float32
+                and (not self.training or self.dropatt.p == 0))
+
     def _output(self, w: torch.Tensor, attn_vec: torch.Tensor) -> torch.Tensor:
         """Output projection, dropout and the residual connection with layer normalisation."""
         attn_out = self.drop(self.o_net(attn_vec))
@@ -77,6 +124,40 @@ class XLAttentionBase(nn.Module):
             return w + attn_out
         # $\mathop{LN}(w + W_o\,\mathop{Attn}(\cdot))$
         return self.layer_norm(w + attn_out)
+
+    def _qkv_heads(self, qkv_net: nn.Linear, w: torch.Tensor, mems: Optional[torch.Tensor]):
+        r"""
+        Head-major queries of the segment `w` and keys and values of the memory followed by the segment, each
+        `[bsz, n_head, len, d_head]`, from the joint projection `qkv_net` ($[W_q; W_k; W_v]$).
+
+        The original projects `[mems, w]` with all three and drops the memory's queries. Here the segment gets
+        all three and the memory only $W_k, W_v$ (a third of that product saved), and since the memory carries no
+        gradient, the backward pass computes no input gradient for its rows either. With `mems_kv` set (no-grad
+        evaluation, `MemTransformerLM`) the memory's keys and values are the ones the segment before computed,
+        and the memory is not projected again. Same numbers: each row of a product depends only on its own
+        input row (`LayerNorm` too, with `pre_lnorm`).
+        """
+        hd = self.n_head * self.d_head
+        # $[W_q; W_k; W_v] h$ of the segment, `[qlen, bsz, 3 * n_head * d_head]`
+        qkv = F.linear(self.layer_norm(w) if self.pre_lnorm else w, qkv_net.weight)
+        head_q = to_heads(qkv[..., :hd], self.n_head, self.d_head)
+        # $[W_k; W_v] h$ as `[2, bsz, n_head, qlen, d_head]` (a view)
+        kv = self._kv_view(qkv[..., hd:])
+        if self.mems_kv is not None:
+            kv = torch.cat([self.mems_kv, kv], dim=3)
+        elif mems is not None and mems.shape[0] > 0:
+            # $[W_k; W_v] m$ of the memory
+            kv_mem = F.linear(self.layer_norm(mems) if self.pre_lnorm else mems, qkv_net.weight[hd:])
+            kv = torch.cat([self._kv_view(kv_mem), kv], dim=3)
+        # One copy to contiguous head-major keys and values
+        kv = kv.contiguous()
+        if self.keep_kv:
+            self.last_kv = kv
+        return head_q, kv[0], kv[1]
+
+    def _kv_view(self, kv: torch.Tensor) -> torch.Tensor:
+        """`[len, bsz, 2 * n_head * d_head]` as `[2, bsz, n_head, len, d_head]`, a view."""
+        return kv.reshape(kv.shape[0], kv.shape[1], 2, self.n_head, self.d_head).permute(2, 1, 3, 0, 4)
 
     def _keys_input(self, w: torch.Tensor, mems: Optional[torch.Tensor]) -> torch.Tensor:
         """The memory followed by the segment, `[mlen + qlen, bsz, d_model]`, layer-normalised with `pre_lnorm`.

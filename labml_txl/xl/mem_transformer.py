@@ -46,6 +46,7 @@ every segment; its reference files for 2 and 3 use no memory.)
 
 With `same_length`, every query attends to the same number (`mem_len`) of keys, as the paper's evaluation does.
 """
+from contextlib import contextmanager
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -58,6 +59,7 @@ from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
 from .checks import check_cutoffs, check_lengths, check_probability, check_tokens
 from .init import check_init, init_weights
+from .kv_memo import KeyValueMemo
 from .layers import DecoderLayer, RelLearnableDecoderLayer, RelPartialLearnableDecoderLayer
 from .log_uniform_sampler import LogUniformSampler, sample_logits
 from .positional_embedding import PositionalEmbedding
@@ -102,6 +104,14 @@ class MemTransformerLM(nn.Module):
             as the original does (`attn_score.float().masked_fill(...).type_as(attn_score)`). It changes
             nothing in float32 or lower precision; in float64 it reproduces the original's numbers to the last
             bits (the reference tests use it) at the cost of float32 rounding. Off by default.
+
+    Attributes:
+        fast: (new) True (the default) runs the fast paths: head-major attention, the shift as a view,
+            `scaled_dot_product_attention` for the absolute types and for no-grad relative attention, queries
+            only for the segment, position embeddings and masks cached across segments, the memory's keys and
+            values kept from the segment before in no-grad evaluation (`docs/performance.md`). `model.fast = False`
+            runs the original's computation; the two agree to float rounding. An attribute, not a constructor
+            keyword: it chooses how to compute, not what, so configs and checkpoints do not carry it.
 
     Shape:
         `data` `[qlen, bsz]` token ids; `target` `[tgt_len, bsz]` with `tgt_len <= qlen` (the last `tgt_len`
@@ -217,6 +227,47 @@ class MemTransformerLM(nn.Module):
         self.clamp_len = clamp_len
         self._create_params()
         init_weights(self, init=init, init_range=init_range, init_std=init_std, proj_init_std=proj_init_std)
+        # Position embeddings and masks of the segment shapes seen, by shape, dtype and device (not parameters)
+        self._cache = {}
+        # Keys and values of the memories, kept from the segment before in no-grad evaluation (`kv_memo.py`)
+        self._kv_memo = KeyValueMemo()
+        for layer in self.layers:
+            # This model's masks always leave key $m + i$ to query $i$: no row is fully masked
+            layer.dec_attn.zero_masked_rows = False
+        self.fast = True
+
+    @property
+    def fast(self) -> bool:
+        """Whether the fast paths run (False: the original's computation)."""
+        return self._fast
+
+    @fast.setter
+    def fast(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"fast={value!r} is not accepted: True (the fast paths) or False (the original's "
+                            f"computation)")
+        self._fast = value
+        self._cache = {}
+        self._kv_memo = KeyValueMemo()
+        for layer in self.layers:
+            layer.dec_attn.fast = value
+
+    def _apply(self, fn, *args, **kwargs):
+        # A new dtype or device: the cached positions and masks are of the old ones
+        self._cache = {}
+        self._kv_memo = KeyValueMemo()
+        return super()._apply(fn, *args, **kwargs)
+
+    def _cached(self, key: tuple, make):
+        """`make()`, kept under `key` on the fast path (not while `torch.compile` traces: it folds constants)."""
+        if not self._fast or torch.compiler.is_compiling():
+            return make()
+        value = self._cache.get(key)
+        if value is None:
+            if len(self._cache) >= 16:
+                self._cache = {}
+            value = self._cache[key] = make()
+        return value
 
     def _create_params(self):
         if self.attn_type == 0:
@@ -244,6 +295,9 @@ class MemTransformerLM(nn.Module):
         """Change the segment, extended-context and memory lengths (e.g. a longer memory for evaluation)."""
         check_lengths(tgt_len, ext_len, mem_len)
         self._check_same_length(self.same_length, mem_len)
+        # Masks with `same_length` depend on `mem_len`: start the cache afresh
+        self._cache = {}
+        self._kv_memo.clear()
         self.tgt_len = tgt_len
         self.mem_len = mem_len
         self.ext_len = ext_len
@@ -320,13 +374,20 @@ class MemTransformerLM(nn.Module):
                                      dtype=pos_dtype, device=device)
         return self.pos_emb(pos_seq).to(dtype)
 
+    def _cached_positions(self, qlen: int, klen: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """`_positions`, cached; the key holds the frequencies' version, so a loaded `inv_freq` is seen."""
+        inv_freq = self.pos_emb.inv_freq
+        key = ('pos', klen, self.clamp_len, dtype, device, inv_freq.data_ptr(), inv_freq._version)
+        return self._cached(key, lambda: self._positions(qlen, klen, dtype, device))
+
     def _forward(self, dec_inp: torch.Tensor, mems: Optional[List[torch.Tensor]]
                  ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
         qlen, bsz = dec_inp.shape
         word_emb = self.word_emb(dec_inp)
         mlen = mems[0].shape[0] if mems is not None and mems[0].dim() == 3 else 0
         klen = mlen + qlen
-        dec_attn_mask = self._attn_mask(qlen, mlen, word_emb.device)
+        dec_attn_mask = self._cached(('mask', qlen, mlen, self.mem_len, self.same_length, word_emb.device),
+                                     lambda: self._attn_mask(qlen, mlen, word_emb.device))
 
         def layer_mems(i: int) -> Optional[torch.Tensor]:
             return mems[i] if mlen > 0 else None
@@ -334,12 +395,15 @@ class MemTransformerLM(nn.Module):
         core_out = self.drop(word_emb)
         # The inputs of every layer, to be cached
         hids = [core_out]
+        # Keys and values of every layer's memory and segment, when they are kept (see `_keys_values`)
+        kvs = []
         if self.attn_type == 0:
-            pos_emb = self.drop(self._positions(qlen, klen, word_emb.dtype, word_emb.device))
+            pos_emb = self.drop(self._cached_positions(qlen, klen, word_emb.dtype, word_emb.device))
             for i, layer in enumerate(self.layers):
-                core_out = layer(core_out, pos_emb, None if self.untie_r else self.r_w_bias,
-                                 None if self.untie_r else self.r_r_bias,
-                                 dec_attn_mask=dec_attn_mask, mems=layer_mems(i))
+                with self._keys_values(i, layer_mems(i), kvs):
+                    core_out = layer(core_out, pos_emb, None if self.untie_r else self.r_w_bias,
+                                     None if self.untie_r else self.r_r_bias,
+                                     dec_attn_mask=dec_attn_mask, mems=layer_mems(i))
                 hids.append(core_out)
         elif self.attn_type == 1:
             for i, layer in enumerate(self.layers):
@@ -347,11 +411,12 @@ class MemTransformerLM(nn.Module):
                     r_emb, r_bias = self.r_emb[i][-self.clamp_len:], self.r_bias[i][-self.clamp_len:]
                 else:
                     r_emb, r_bias = self.r_emb[i], self.r_bias[i]
-                core_out = layer(core_out, r_emb, self.r_w_bias[i], r_bias,
-                                 dec_attn_mask=dec_attn_mask, mems=layer_mems(i))
+                with self._keys_values(i, layer_mems(i), kvs):
+                    core_out = layer(core_out, r_emb, self.r_w_bias[i], r_bias,
+                                     dec_attn_mask=dec_attn_mask, mems=layer_mems(i))
                 hids.append(core_out)
         elif self.attn_type == 2:
-            pos_emb = self.drop(self._positions(qlen, klen, word_emb.dtype, word_emb.device))
+            pos_emb = self.drop(self._cached_positions(qlen, klen, word_emb.dtype, word_emb.device))
             for i, layer in enumerate(self.layers):
                 mems_i = layer_mems(i)
                 if i == 0:
@@ -373,7 +438,35 @@ class MemTransformerLM(nn.Module):
 
         core_out = self.drop(core_out)
         new_mems = self._update_mems(hids, mems, qlen, mlen)
+        if len(kvs) == self.n_layer and len(new_mems) > 0:
+            beg_idx, end_idx = self._mem_bounds(qlen, mlen)
+            for i, kv in enumerate(kvs):
+                # The same slice of the keys and values as of the states: `[2, bsz, n_head, beg:end, d_head]`
+                self._kv_memo.store(i, new_mems[i], kv[:, :, :, beg_idx:end_idx], self.layers[i].dec_attn)
         return core_out, new_mems
+
+    @contextmanager
+    def _keys_values(self, i: int, mems_i: Optional[torch.Tensor], kvs: List[torch.Tensor]):
+        """Around layer `i`: in no-grad evaluation on the fast path, give its attention the keys and values of
+        its memory kept from the segment before (if any) and collect the ones it computes into `kvs`."""
+        attn = self.layers[i].dec_attn
+        if not self._fast or torch.is_grad_enabled() or torch.compiler.is_compiling():
+            self._kv_memo.clear()
+            yield
+            return
+        attn.mems_kv = self._kv_memo.lookup(i, mems_i, attn)
+        attn.keep_kv = True
+        try:
+            yield
+            kvs.append(attn.last_kv)
+        finally:
+            attn.mems_kv, attn.keep_kv, attn.last_kv = None, False, None
+
+    def _mem_bounds(self, qlen: int, mlen: int) -> Tuple[int, int]:
+        """`[beg, end)` of `[memory, segment]` that becomes the next memory, by the original's rule (see the
+        module docstring)."""
+        end_idx = qlen + max(0, mlen - self.ext_len)
+        return max(0, end_idx - self.mem_len), end_idx
 
     def _update_mems(self, hids: List[torch.Tensor], mems: Optional[List[torch.Tensor]], qlen: int,
                      mlen: int) -> List[torch.Tensor]:
@@ -381,9 +474,7 @@ class MemTransformerLM(nn.Module):
         if mems is None or self.mem_len == 0:
             return []
         with torch.no_grad():
-            # The original's rule (see the module docstring)
-            end_idx = qlen + max(0, mlen - self.ext_len)
-            beg_idx = max(0, end_idx - self.mem_len)
+            beg_idx, end_idx = self._mem_bounds(qlen, mlen)
             new_mems = []
             for m, h in zip(mems, hids):
                 cat = h if mlen == 0 else torch.cat([m, h], dim=0)

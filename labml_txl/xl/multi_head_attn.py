@@ -14,6 +14,9 @@ from typing import Optional
 
 import torch
 from torch import nn
+from torch.nn import functional as F
+
+from ..relative_attention import from_heads, heads_mask, to_heads
 
 from .attention_base import XLAttentionBase
 
@@ -41,6 +44,8 @@ class MultiHeadAttn(XLAttentionBase):
         qlen, bsz = h.shape[0], h.shape[1]
         c = self._keys_input(h, mems)
         klen = c.shape[0]
+        if self.fast and not self.round_scores_to_float32:
+            return self._output(h, self._sdpa(c, qlen, attn_mask))
         head_q = self.q_net(c[-qlen:]).reshape(qlen, bsz, self.n_head, self.d_head)
         head_k, head_v = torch.chunk(self.kv_net(c), 2, dim=-1)
         head_k = head_k.reshape(klen, bsz, self.n_head, self.d_head)
@@ -48,3 +53,20 @@ class MultiHeadAttn(XLAttentionBase):
         # $q_i^\top k_j$
         score = torch.einsum('ibnd,jbnd->ijbn', head_q, head_k)
         return self._output(h, self._attend(score, attn_mask, head_v))
+
+    def _sdpa(self, c: torch.Tensor, qlen: int, attn_mask: Optional[torch.Tensor]) -> torch.Tensor:
+        r"""$\mathop{softmax}_j(q_i^\top k_j / \sqrt{d_{head}}) v_j$ by `scaled_dot_product_attention`, head-major;
+        returns the concatenated heads `[qlen, bsz, n_head * d_head]`."""
+        head_q = to_heads(self.q_net(c[c.shape[0] - qlen:]), self.n_head, self.d_head)
+        kv = self.kv_net(c)
+        kv = kv.reshape(kv.shape[0], kv.shape[1], 2, self.n_head, self.d_head).permute(2, 1, 3, 0, 4)
+        if attn_mask is not None and self.zero_masked_rows:
+            # A fully masked row must give zero weights, which SDPA does not promise: the explicit softmax
+            score = torch.matmul(head_q, kv[0].transpose(-1, -2)) * self._fold_scale
+            return self._attend_heads(score, attn_mask, kv[1])
+        # True where a key may be seen, as SDPA takes it
+        allowed = None if attn_mask is None else ~heads_mask(attn_mask)
+        dropout_p = self.dropatt.p if self.training else 0.0
+        attn_vec = F.scaled_dot_product_attention(head_q, kv[0], kv[1], attn_mask=allowed, dropout_p=dropout_p,
+                                                  scale=self.scale)
+        return from_heads(attn_vec)

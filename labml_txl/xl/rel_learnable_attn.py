@@ -16,7 +16,8 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..relative_attention import content_scores, position_scores, relative_shift
+from ..relative_attention import (content_scores, from_heads, heads_mask, position_scores,
+                                  relative_attention_scores_heads, relative_attention_sdpa, relative_shift)
 from .attention_base import XLAttentionBase
 
 
@@ -48,6 +49,20 @@ class RelLearnableMultiHeadAttn(XLAttentionBase):
     def forward(self, w: torch.Tensor, r_emb: torch.Tensor, r_w_bias: torch.Tensor, r_bias: torch.Tensor,
                 attn_mask: Optional[torch.Tensor] = None, mems: Optional[torch.Tensor] = None) -> torch.Tensor:
         qlen, bsz = w.shape[0], w.shape[1]
+        if self.fast:
+            head_q, head_k, head_v = self._qkv_heads(self.qkv_net, w, mems)
+            # $e_s$ `[n_head, klen, d_head]` and $b_s$ `[n_head, klen]` for distances `klen - 1 .. 0`
+            klen = head_k.shape[2]
+            table = last_rows(r_emb, klen).transpose(0, 1)
+            bias = last_rows(r_bias, klen).transpose(0, 1)
+            if self._use_sdpa_bias():
+                attn_vec = relative_attention_sdpa(head_q, head_k, head_v, table, r_w_bias, None, self.scale,
+                                                   heads_mask(attn_mask), r_bias=bias)
+                return self._output(w, from_heads(attn_vec))
+            # $(q_i + u)^\top k_j + \mathop{shift}(q_i^\top e_s + b_s)$
+            score = relative_attention_scores_heads(head_q, head_k, table, r_w_bias, None, r_bias=bias,
+                                                    scale=self._fold_scale)
+            return self._output(w, self._attend_heads(score, attn_mask, head_v))
         w_heads = self.qkv_net(self._keys_input(w, mems))
         w_head_q, w_head_k, w_head_v = torch.chunk(w_heads, 3, dim=-1)
         klen = w_head_k.shape[0]

@@ -15,7 +15,8 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..relative_attention import relative_attention_scores
+from ..relative_attention import (from_heads, heads_mask, pad_table, relative_attention_scores,
+                                  relative_attention_scores_heads, relative_attention_sdpa)
 from .attention_base import XLAttentionBase
 
 
@@ -39,10 +40,31 @@ class RelPartialLearnableMultiHeadAttn(XLAttentionBase):
         # $W_{k,R}$
         self.r_net = nn.Linear(d_model, n_head * d_head, bias=False)
         self.untie_r = untie_r
+        # $W_{k,R} R$ kept in no-grad evaluation: `(table, its version, r_net.weight, its version, result)`
+        self._table_memo = None
         if untie_r:
             # $u$ and $v$ of this layer
             self.r_w_bias = nn.Parameter(torch.empty(n_head, d_head))
             self.r_r_bias = nn.Parameter(torch.empty(n_head, d_head))
+
+    def _projected_table(self, r: torch.Tensor) -> torch.Tensor:
+        """$W_{k,R} R$ as `[n_head, rlen + 1, d_head]` (one zero entry appended, see `pad_table`).
+
+        In no-grad evaluation the result is kept while the table is the same tensor (the model's cached one) and
+        `r_net` is unchanged: one-token steps over a full memory then project nothing of length `klen`."""
+        def project():
+            r_head_k = self.r_net(r).reshape(r.shape[0], self.n_head, self.d_head).transpose(0, 1)
+            # With the zero entry `relative_shift_view` needs (`klen = rlen` for the model's decoder table)
+            return pad_table(r_head_k, r.shape[0])
+
+        if torch.is_grad_enabled() or torch.compiler.is_compiling():
+            self._table_memo = None
+            return project()
+        weight, memo = self.r_net.weight, self._table_memo
+        if (memo is None or memo[0] is not r or memo[1] != r._version or memo[2] is not weight
+                or memo[3] != weight._version):
+            self._table_memo = memo = (r, r._version, weight, weight._version, project())
+        return memo[4]
 
     def forward(self, w: torch.Tensor, r: torch.Tensor, r_w_bias: Optional[torch.Tensor] = None,
                 r_r_bias: Optional[torch.Tensor] = None, attn_mask: Optional[torch.Tensor] = None,
@@ -53,6 +75,17 @@ class RelPartialLearnableMultiHeadAttn(XLAttentionBase):
             raise ValueError("r_w_bias and r_r_bias are required: this layer was built with untie_r=False, "
                              "so the model passes its shared biases u and v")
         qlen, bsz = w.shape[0], w.shape[1]
+        if self.fast:
+            # Head-major `[bsz, n_head, len, d_head]`; the table `[n_head, rlen, d_head]`
+            head_q, head_k, head_v = self._qkv_heads(self.qkv_net, w, mems)
+            r_head_k = self._projected_table(r)
+            if self._use_sdpa_bias():
+                attn_vec = relative_attention_sdpa(head_q, head_k, head_v, r_head_k, r_w_bias, r_r_bias,
+                                                   self.scale, heads_mask(attn_mask))
+                return self._output(w, from_heads(attn_vec))
+            score = relative_attention_scores_heads(head_q, head_k, r_head_k, r_w_bias, r_r_bias,
+                                                    scale=self._fold_scale)
+            return self._output(w, self._attend_heads(score, attn_mask, head_v))
         w_heads = self.qkv_net(self._keys_input(w, mems))
         w_head_q, w_head_k, w_head_v = torch.chunk(w_heads, 3, dim=-1)
         klen = w_head_k.shape[0]

@@ -7,7 +7,8 @@ after every segment and the gradients of the first segment's mean loss.
 The original rounds the scores of attention type 0 to float32 before masking
 (`attn_score.float().masked_fill(...).type_as(attn_score)`), so its float64 numbers carry that rounding
 (relative 6e-8 in the scores, a few 1e-9 in the losses). `test_reference` builds the model with
-`round_scores_to_float32=True`, which reproduces that cast, and asks for 1e-9; `test_reference_full_precision`
+`round_scores_to_float32=True`, which reproduces that cast, and asks for 1e-9 (on the fast paths, the default, and
+on the plain path, `model.fast = False`); `test_reference_full_precision`
 runs the default (no cast: the same numbers in float32, where the cast does nothing) and asks for agreement
 within the size of that rounding.
 """
@@ -33,9 +34,10 @@ def _load(path):
     return torch.load(path, weights_only=True)
 
 
-def _run_and_compare(ref, atol: float, rtol: float, round_scores_to_float32: bool = False):
+def _run_and_compare(ref, atol: float, rtol: float, round_scores_to_float32: bool = False, fast: bool = True):
     config = ref['config']
     model = MemTransformerLM(**config['model'], round_scores_to_float32=round_scores_to_float32)
+    model.fast = fast
     model.load_state_dict(ref['state_dict'], strict=True)
     model = model.double().eval()
     data = ref['data']
@@ -72,6 +74,12 @@ def _run_and_compare(ref, atol: float, rtol: float, round_scores_to_float32: boo
 @pytest.mark.parametrize('path', FILES, ids=IDS)
 def test_reference(path):
     _run_and_compare(_load(path), atol=1e-9, rtol=0, round_scores_to_float32=True)
+
+
+@pytest.mark.parametrize('path', FILES, ids=IDS)
+def test_reference_plain_path(path):
+    """The original's computation (`model.fast = False`: no head-major layout, no caches) matches as well."""
+    _run_and_compare(_load(path), atol=1e-9, rtol=0, round_scores_to_float32=True, fast=False)
 
 
 @pytest.mark.parametrize('path', FILES, ids=IDS)

@@ -1,0 +1,404 @@
+r"""
+# Transformer-XL speed on the CPU: fast paths against the plain path and labml_nn, in one process
+
+    python experiments/benchmark.py            # the full table (about 10 minutes on 2 cores)
+    python experiments/benchmark.py --quick    # a smoke run on tiny sizes
+
+Every number is a ratio of medians of runs interleaved in this process (round robin: one call of each contender
+per round), so a load that comes and goes slows all contenders alike. Rows:
+
+* training and evaluation tokens/s of `MemTransformerLM` (fast, and fast under `torch.compile`) against
+  labml_nn's `TransformerXL` and this package's plain path (`model.fast = False`, the original's computation);
+* the achieved matmul FLOP/s of a training step (FLOPs counted analytically, backward = 2x forward) as a
+  fraction of the float32 matmul FLOP/s of this machine (a 2048^3 `torch.mm`, interleaved with the steps);
+* evaluation per token of Transformer-XL with a memory against a vanilla Transformer that recomputes a window
+  of the same attention length for every token (the paper's Table 9), at several lengths;
+* bf16 autocast against float32;
+* peak memory of evaluation with long memories: torch's CPU allocator keeps no statistics, so a fresh subprocess
+  per setting reads its own resident set from `/proc/self/status` (Linux): `VmRSS` with the model built, then,
+  after filling the memory, it returns freed heap to the system (`malloc_trim`), restarts the peak
+  (`/proc/self/clear_refs`) and evaluates two segments; the row is the peak (`VmHWM`) above the model.
+"""
+import argparse
+import ctypes
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from labml_txl.xl import MemTransformerLM  # noqa: E402
+
+# Compile in this process: no pool of compile workers left running beside the timed rounds
+torch._inductor.config.compile_threads = 1
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """The model and data sizes of one benchmark."""
+    n_token: int = 256
+    n_layer: int = 4
+    d_model: int = 256
+    n_head: int = 4
+    d_head: int = 64
+    d_inner: int = 1024
+    tgt_len: int = 128
+    mem_len: int = 128
+    batch: int = 8
+    dropout: float = 0.1
+    dropatt: float = 0.0
+    # Timed calls per contender (after two warm-up calls that also fill the memories)
+    repeats: int = 7
+    # Side of the `torch.mm` that measures the machine's float32 matmul speed
+    matmul_n: int = 2048
+
+    def tokens(self) -> int:
+        return self.tgt_len * self.batch
+
+
+FULL = BenchConfig()
+QUICK = BenchConfig(n_token=32, n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, tgt_len=16, mem_len=16,
+                    batch=2, repeats=3, matmul_n=256)
+
+
+# -- contenders --
+
+def make_xl(cfg: BenchConfig, fast: bool = True, seed: int = 0, **overrides) -> MemTransformerLM:
+    """This package's `MemTransformerLM` of the benchmark's size (the same weights for the same seed)."""
+    torch.manual_seed(seed)
+    kwargs = dict(n_token=cfg.n_token, n_layer=cfg.n_layer, n_head=cfg.n_head, d_model=cfg.d_model,
+                  d_head=cfg.d_head, d_inner=cfg.d_inner, dropout=cfg.dropout, dropatt=cfg.dropatt,
+                  tgt_len=cfg.tgt_len, mem_len=cfg.mem_len)
+    kwargs.update(overrides)
+    model = MemTransformerLM(**kwargs)
+    model.fast = fast
+    return model
+
+
+class LabmlNNXL(nn.Module):
+    """labml_nn's `TransformerXL` with an embedding and a generator, as its `experiment.py` builds it."""
+
+    def __init__(self, cfg: BenchConfig, seed: int = 0):
+        super().__init__()
+        from labml import tracker
+        if not hasattr(tracker, 'debug'):
+            # labml 0.5.3 has no `tracker.debug`, which labml_nn's attention calls
+            tracker.debug = lambda *args, **kwargs: None
+        from labml_nn.transformers.feed_forward import FeedForward
+        from labml_nn.transformers.xl import TransformerXL, TransformerXLLayer
+        from labml_nn.transformers.xl.relative_mha import RelativeMultiHeadAttention
+        torch.manual_seed(seed)
+        layer = TransformerXLLayer(d_model=cfg.d_model,
+                                   self_attn=RelativeMultiHeadAttention(cfg.n_head, cfg.d_model, cfg.dropatt),
+                                   feed_forward=FeedForward(cfg.d_model, cfg.d_inner, cfg.dropout),
+                                   dropout_prob=cfg.dropout)
+        self.mem_len = cfg.mem_len
+        self.src_embed = nn.Embedding(cfg.n_token, cfg.d_model)
+        self.transformer = TransformerXL(layer, cfg.n_layer)
+        self.generator = nn.Linear(cfg.d_model, cfg.n_token)
+
+    def forward(self, data: torch.Tensor, target: torch.Tensor, *mems: torch.Tensor) -> List[torch.Tensor]:
+        """The same calling convention as `MemTransformerLM`: `[loss, *new_mems]`."""
+        mems = list(mems)
+        qlen, mlen = data.shape[0], (mems[0].shape[0] if mems else 0)
+        # True where query $i$ may see key $j$: all of the memory, the segment up to $i$
+        mask = torch.tril(torch.ones(qlen, mlen + qlen, dtype=torch.bool), diagonal=mlen)[:, :, None]
+        hidden, new = self.transformer(self.src_embed(data), mems, mask)
+        loss = F.cross_entropy(self.generator(hidden).flatten(0, 1), target.flatten(), reduction='none')
+        if mems:
+            new = [torch.cat([m, n], 0) for m, n in zip(mems, new)]
+        return [loss.view_as(target)] + [m[-self.mem_len:] for m in new]
+
+
+class Stream:
+    """One contender reading consecutive segments with its memories: each call is one training step (forward,
+    backward, Adam) or one evaluation segment (no gradient)."""
+
+    def __init__(self, model: nn.Module, cfg: BenchConfig, train: bool, autocast: Optional[torch.dtype] = None,
+                 call: Optional[Callable] = None, seed: int = 1):
+        self.model, self.cfg, self.train, self.autocast = model, cfg, train, autocast
+        self.call = model if call is None else call
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=1e-4) if train else None
+        generator = torch.Generator().manual_seed(seed)
+        self.data = torch.randint(cfg.n_token, (cfg.tgt_len * 8 + 1, cfg.batch), generator=generator)
+        self.position, self.mems = 0, []
+
+    def _segment(self):
+        if self.position + self.cfg.tgt_len + 1 > self.data.shape[0]:
+            self.position = 0
+        start, end = self.position, self.position + self.cfg.tgt_len
+        self.position = end
+        return self.data[start:end], self.data[start + 1:end + 1]
+
+    def __call__(self) -> None:
+        data, target = self._segment()
+        self.model.train(self.train)
+        with torch.set_grad_enabled(self.train), torch.autocast('cpu', dtype=self.autocast or torch.bfloat16,
+                                                                 enabled=self.autocast is not None):
+            loss, *mems = self.call(data, target, *self.mems)
+            if self.train:
+                loss.float().mean().backward()
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+        # As returned (already detached): the model recognises its own memories and reuses their keys and values
+        self.mems = mems
+
+
+def interleaved(runners: Dict[str, Callable[[], None]], repeats: int, warmup: int = 2) -> Dict[str, float]:
+    """Median seconds per call of each runner, timed round robin (one call of each per round)."""
+    for _ in range(warmup):
+        for run in runners.values():
+            run()
+    times = {name: [] for name in runners}
+    for _ in range(repeats):
+        for name, run in runners.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def matmul_runner(n: int) -> Callable[[], None]:
+    """A float32 `n x n x n` product, the machine's matmul speed (FLOPs: `2 n^3`)."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    return lambda: torch.mm(a, b)
+
+
+# -- FLOPs --
+
+def forward_flops(cfg: BenchConfig) -> int:
+    r"""
+    Matmul FLOPs ($2mnk$ per product) of one forward segment of the fast path, with a full memory:
+    $W_q$ of the segment, $W_k$, $W_v$ of memory and segment, $W_{k,R}$ of the table, $(Q+u)K^\top$,
+    $(Q+v)R^\top$ (one padded entry), $PV$, $W_o$, the feed-forward network and the softmax layer.
+    """
+    q, k, b, d, hd = cfg.tgt_len, cfg.tgt_len + cfg.mem_len, cfg.batch, cfg.d_model, cfg.n_head * cfg.d_head
+    per_layer = (2 * q * b * d * hd + 2 * k * b * d * 2 * hd + 2 * k * d * hd
+                 + 2 * b * q * k * hd + 2 * b * q * (k + 1) * hd + 2 * b * q * k * hd
+                 + 2 * q * b * hd * d + 2 * 2 * q * b * d * cfg.d_inner)
+    return cfg.n_layer * per_layer + 2 * q * b * d * cfg.n_token
+
+
+def train_step_flops(cfg: BenchConfig) -> int:
+    """Forward and backward: the backward computes two products per forward product, so 3x the forward."""
+    return 3 * forward_flops(cfg)
+
+
+# -- the measurements --
+
+def measure_speed(cfg: BenchConfig, compile_model: bool = True, labml_nn: bool = True) -> Dict[str, Dict[str, float]]:
+    """
+    Tokens/s of training and evaluation for each contender, and the matmul FLOP/s, interleaved: the eager
+    contenders and `torch.mm` in one group, then (with `compile_model`) the fast path against itself compiled in
+    a second group, so that compilation and its worker processes never overlap the first group's rounds.
+    """
+    contenders = {'fast': make_xl(cfg, fast=True), 'plain': make_xl(cfg, fast=False)}
+    if labml_nn:
+        contenders['labml_nn'] = LabmlNNXL(cfg)
+    contenders['bf16 autocast'] = make_xl(cfg, fast=True)
+    results = {}
+    for train in (True, False):
+        mode = 'train' if train else 'eval'
+        runners = {name: Stream(model, cfg, train, autocast=torch.bfloat16 if name == 'bf16 autocast' else None)
+                   for name, model in contenders.items()}
+        if train:
+            runners['torch.mm'] = matmul_runner(cfg.matmul_n)
+        seconds = interleaved(runners, cfg.repeats)
+        if compile_model:
+            model = make_xl(cfg, fast=True)
+            compiled = {'fast (compile group)': Stream(make_xl(cfg, fast=True), cfg, train),
+                        'fast + compile': Stream(model, cfg, train, call=torch.compile(model, dynamic=False))}
+            seconds.update(interleaved(compiled, cfg.repeats, warmup=3))
+        for name, s in seconds.items():
+            if name == 'torch.mm':
+                results.setdefault('matmul', {})['flop/s'] = 2 * cfg.matmul_n ** 3 / s
+            else:
+                results.setdefault(name, {})[mode] = cfg.tokens() / s
+    return results
+
+
+def measure_table9(cfg: BenchConfig, lengths: List[int], repeats: int = 5) -> List[Dict[str, float]]:
+    """
+    Seconds per token of evaluation (batch 1) at each attention length $L$:
+
+    * `xl_segment`: Transformer-XL evaluating segments of `tgt_len` tokens over a memory of $L$ with
+      `same_length` (every query sees $L$ keys), as the paper evaluates;
+    * `xl_token`: Transformer-XL evaluating one token at a time over a memory of $L$ (generation);
+    * `vanilla`: the same model without memory recomputing the window of the last $L$ tokens for every token.
+    """
+    # One model per stream: each keeps the keys and values of its own memory from one call to the next
+    xl, generator, vanilla_model = (make_xl(cfg, fast=True, dropout=0.0, same_length=True).eval() for _ in range(3))
+    data = torch.randint(cfg.n_token, (max(lengths) + 2 * cfg.tgt_len + 2, 1),
+                         generator=torch.Generator().manual_seed(3))
+    rows = []
+
+    def stream(model: MemTransformerLM, qlen: int, length: int) -> Callable[[], None]:
+        """Evaluate `qlen` tokens per call, the memory running on (it stays at `length` positions)."""
+        model.reset_length(qlen, 0, length)
+        state = {'position': length, 'mems': model.log_probs(data[:length], None)[1]}
+
+        def step():
+            start = state['position'] if state['position'] + qlen <= data.shape[0] else 0
+            _, state['mems'] = model.log_probs(data[start:start + qlen], state['mems'])
+            state['position'] = start + qlen
+        return step
+
+    with torch.no_grad():
+        for length in lengths:
+            tgt = min(cfg.tgt_len, length)
+            vanilla_model.same_length = False
+            vanilla_model.reset_length(length, 0, 0)
+
+            def vanilla():
+                hidden, _ = vanilla_model.forward_hidden(data[:length], None)
+                vanilla_model.hidden_to_log_probs(hidden[-1:])
+
+            seconds = interleaved({'xl_segment': stream(xl, tgt, length), 'xl_token': stream(generator, 1, length),
+                                   'vanilla': vanilla}, repeats, warmup=2)
+            rows.append({'length': length, 'xl_segment': seconds['xl_segment'] / tgt,
+                         'xl_token': seconds['xl_token'], 'vanilla': seconds['vanilla']})
+    return rows
+
+
+def _resident_kib(field: str = 'VmRSS') -> int:
+    """`VmRSS` (resident now) or `VmHWM` (its peak) of this process, in KiB, from `/proc/self/status`."""
+    with open('/proc/self/status') as f:
+        for line in f:
+            if line.startswith(field + ':'):
+                return int(line.split()[1])
+    raise RuntimeError(f'{field} is not in /proc/self/status')
+
+
+def _settle_and_reset_peak() -> None:
+    """Give freed heap back to the system (so it is not reused unseen) and restart the peak (`VmHWM`)."""
+    ctypes.CDLL('libc.so.6').malloc_trim(0)
+    with open('/proc/self/clear_refs', 'w') as f:
+        f.write('5')
+
+
+def _memory_child(cfg: BenchConfig, mem_len: int, fast: bool) -> Dict[str, float]:
+    """
+    In a fresh process: resident memory of evaluating segments of `tgt_len` over a full memory of `mem_len`.
+    `model_mib` is the process with the model built; `eval_peak_mib` the peak above it while evaluating two
+    segments once the memory is full (so it holds the memories, `mems_mib`, and the segment's working memory).
+    """
+    model = make_xl(cfg, fast=fast, dropout=0.0).eval()
+    model.reset_length(cfg.tgt_len, 0, mem_len)
+    n_fill = math.ceil(mem_len / cfg.tgt_len)
+    data = torch.randint(cfg.n_token, ((n_fill + 2) * cfg.tgt_len, cfg.batch))
+    _settle_and_reset_peak()
+    model_kib = _resident_kib()
+    with torch.no_grad():
+        mems = None
+        for s in range(n_fill):
+            _, mems = model.log_probs(data[s * cfg.tgt_len:(s + 1) * cfg.tgt_len], mems)
+        _settle_and_reset_peak()
+        for s in range(n_fill, n_fill + 2):
+            _, mems = model.log_probs(data[s * cfg.tgt_len:(s + 1) * cfg.tgt_len], mems)
+    peak_kib = _resident_kib('VmHWM')
+    mems_mib = sum(m.numel() * m.element_size() for m in mems) / 2 ** 20
+    return {'model_mib': model_kib / 1024, 'eval_peak_mib': (peak_kib - model_kib) / 1024, 'mems_mib': mems_mib}
+
+
+def measure_memory(cfg: BenchConfig, mem_lens: List[int]) -> List[Dict[str, float]]:
+    """`_memory_child` in a subprocess per memory length and path (fast and plain)."""
+    rows = []
+    for mem_len in mem_lens:
+        row = {'mem_len': mem_len}
+        for fast in (True, False):
+            out = subprocess.run([sys.executable, __file__, '--memory-child', json.dumps(
+                {'cfg': asdict(cfg), 'mem_len': mem_len, 'fast': fast})], capture_output=True, text=True, check=True)
+            row['fast' if fast else 'plain'] = json.loads(out.stdout.strip().splitlines()[-1])
+        rows.append(row)
+    return rows
+
+
+# -- the table --
+
+def speed_rows(speed: Dict[str, Dict[str, float]], cfg: BenchConfig) -> List[List[str]]:
+    """Rows `[what, value, ratio]` of the speed results."""
+    fast = speed['fast']
+    rows = []
+    for mode in ('train', 'eval'):
+        rows.append([f'{mode}: fast tokens/s', f"{fast[mode]:,.0f}", ''])
+        for peer in ('plain', 'labml_nn', 'fast + compile', 'bf16 autocast'):
+            if peer in speed:
+                other = speed[peer][mode]
+                if peer in ('plain', 'labml_nn'):
+                    rows.append([f'{mode}: fast vs {peer} ({other:,.0f} tokens/s)', '', f'{fast[mode] / other:.2f}x'])
+                else:
+                    # Against the fast path of its own group of rounds
+                    base = speed['fast (compile group)'][mode] if peer == 'fast + compile' else fast[mode]
+                    rows.append([f'{mode}: {peer} vs fast ({other:,.0f} tokens/s)', '', f'{other / base:.2f}x'])
+    peak = speed['matmul']['flop/s']
+    achieved = train_step_flops(cfg) * fast['train'] / cfg.tokens()
+    rows.append([f'train step matmul FLOP/s (fast), of torch.mm {peak / 1e9:.0f} GFLOP/s',
+                 f'{achieved / 1e9:.0f} GFLOP/s', f'{achieved / peak:.0%}'])
+    if 'fast + compile' in speed:
+        achieved = train_step_flops(cfg) * speed['fast + compile']['train'] / cfg.tokens()
+        rows.append(['train step matmul FLOP/s (fast + compile)', f'{achieved / 1e9:.0f} GFLOP/s',
+                     f'{achieved / peak:.0%}'])
+    return rows
+
+
+def table9_rows(rows: List[Dict[str, float]]) -> List[List[str]]:
+    out = []
+    for r in rows:
+        out.append([f"Table 9, L={r['length']}: vanilla window vs XL segments "
+                    f"(XL {r['xl_segment'] * 1e3:.2f} ms/token, "
+                    f"vanilla {r['vanilla'] * 1e3:.1f} ms/token)", '', f"{r['vanilla'] / r['xl_segment']:.0f}x"])
+        out.append([f"Table 9, L={r['length']}: vanilla window vs XL one token at a time "
+                    f"(XL {r['xl_token'] * 1e3:.2f} ms/token)", '', f"{r['vanilla'] / r['xl_token']:.1f}x"])
+    return out
+
+
+def memory_rows(rows: List[Dict]) -> List[List[str]]:
+    return [[f"eval peak memory above the model, mem_len={r['mem_len']} (memories {r['fast']['mems_mib']:.0f} MiB; "
+             f"plain path {r['plain']['eval_peak_mib']:.0f} MiB)", f"{r['fast']['eval_peak_mib']:.0f} MiB",
+             f"{r['fast']['eval_peak_mib'] / max(r['plain']['eval_peak_mib'], 1e-9):.2f}x"] for r in rows]
+
+
+def format_table(rows: List[List[str]]) -> str:
+    lines = ['| measurement | value | ratio |', '| --- | ---: | ---: |']
+    lines += [f'| {a} | {b} | {c} |' for a, b, c in rows]
+    return '\n'.join(lines)
+
+
+def run(cfg: BenchConfig, lengths: List[int], mem_lens: List[int], compile_model: bool = True,
+        labml_nn: bool = True) -> str:
+    """All measurements; returns the markdown table."""
+    rows = speed_rows(measure_speed(cfg, compile_model=compile_model, labml_nn=labml_nn), cfg)
+    rows += table9_rows(measure_table9(cfg, lengths))
+    rows += memory_rows(measure_memory(cfg, mem_lens))
+    return format_table(rows)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[1])
+    parser.add_argument('--quick', action='store_true', help='tiny sizes, a smoke run')
+    parser.add_argument('--no-compile', action='store_true', help='leave out the torch.compile contender')
+    parser.add_argument('--memory-child', help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_child:
+        spec = json.loads(args.memory_child)
+        print(json.dumps(_memory_child(BenchConfig(**spec['cfg']), spec['mem_len'], spec['fast'])))
+        return
+    cfg = QUICK if args.quick else FULL
+    lengths = [16, 32] if args.quick else [128, 256, 512, 800]
+    mem_lens = [32, 64] if args.quick else [512, 1024, 2048]
+    print(f'torch {torch.__version__}, {torch.get_num_threads()} threads, float32; {cfg}')
+    print(run(cfg, lengths, mem_lens, compile_model=not args.quick and not args.no_compile))
+
+
+if __name__ == '__main__':
+    main()

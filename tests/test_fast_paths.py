@@ -1,0 +1,332 @@
+"""
+The fast paths of Transformer-XL (`docs/performance.md`) against the plain computation: the shift as a view,
+head-major scores, SDPA, cached positions and masks, `torch.compile`, one-token generation, bf16 autocast, and
+a smoke run of `experiments/benchmark.py`. No test looks at wall-clock time.
+"""
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from labml_txl.attention_mask import subsequent_mask
+from labml_txl.generation import generate
+from labml_txl.relative_attention import (pad_table, relative_attention_scores, relative_attention_scores_heads,
+                                          relative_shift, relative_shift_view)
+from labml_txl.relative_mha import RelativeMultiHeadAttention
+from labml_txl.xl import MemTransformerLM
+
+from xl.helpers import reference_files, small_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- the shared math --
+
+@pytest.mark.parametrize('qlen,klen', [(1, 1), (3, 3), (3, 7), (5, 9), (4, 4)])
+def test_shift_view_equals_pad_and_copy_on_the_causal_part(qlen, klen):
+    x = torch.randn(2, 3, qlen, klen, dtype=torch.float64)
+    # The plain shift works on `[qlen, rlen, ...]`
+    expected = relative_shift(x.permute(2, 3, 0, 1)).permute(2, 3, 0, 1)
+    shifted = relative_shift_view(pad_table(x.transpose(-1, -2), klen).transpose(-1, -2).contiguous(), klen)
+    mlen = klen - qlen
+    for i in range(qlen):
+        assert torch.equal(shifted[..., i, :mlen + i + 1], expected[..., i, :mlen + i + 1])
+
+
+@pytest.mark.parametrize('qlen,klen', [(1, 1), (3, 3), (5, 9), (6, 2)])
+def test_shift_view_equals_pad_and_copy_for_an_encoder_table(qlen, klen):
+    x = torch.randn(2, qlen, klen + qlen - 1, dtype=torch.float64)
+    expected = relative_shift(x.permute(1, 2, 0)).permute(2, 0, 1)[..., :klen]
+    shifted = relative_shift_view(pad_table(x.transpose(-1, -2), klen).transpose(-1, -2).contiguous(), klen)
+    assert torch.equal(shifted, expected)
+
+
+def test_shift_view_refuses_a_short_table():
+    with pytest.raises(ValueError, match='klen \\+ 1'):
+        relative_shift_view(torch.zeros(3, 4), 4)
+
+
+@pytest.mark.parametrize('bidirectional', [False, True])
+def test_head_major_scores_equal_the_einsums(bidirectional):
+    qlen, klen, bsz, heads, d = 4, 9, 3, 2, 5
+    q, k = torch.randn(qlen, bsz, heads, d), torch.randn(klen, bsz, heads, d)
+    r = torch.randn(klen + qlen - 1 if bidirectional else klen, heads, d)
+    u, v = torch.randn(heads, d), torch.randn(heads, d)
+    expected = relative_attention_scores(q, k, r, u, v).permute(2, 3, 0, 1)
+    fast = relative_attention_scores_heads(q.permute(1, 2, 0, 3), k.permute(1, 2, 0, 3), r.transpose(0, 1),
+                                           u, v, scale=0.5)
+    causal = torch.ones(qlen, klen, dtype=torch.bool).tril(klen - qlen)
+    keep = torch.ones_like(causal) if bidirectional else causal
+    torch.testing.assert_close(fast[..., keep], 0.5 * expected[..., keep], atol=1e-5, rtol=1e-5)
+
+
+# -- the model: fast against plain --
+
+def _pair(**overrides):
+    torch.manual_seed(0)
+    config = small_config(**overrides)
+    plain = MemTransformerLM(**config)
+    plain.fast = False
+    fast = MemTransformerLM(**config)
+    fast.load_state_dict(plain.state_dict())
+    assert fast.fast and not plain.fast
+    return plain, fast
+
+
+def _segments(model, data, n=3, grad=True, tgt_len=5):
+    """Losses and memories of `n` consecutive segments; the gradients of the last segment's mean loss."""
+    model.zero_grad()
+    mems, losses = [], []
+    for s in range(n):
+        x, y = data[s * tgt_len:(s + 1) * tgt_len], data[s * tgt_len + 1:(s + 1) * tgt_len + 1]
+        with torch.set_grad_enabled(grad):
+            loss, *mems = model(x, y, *mems)
+        losses.append(loss.detach())
+    if grad:
+        loss.mean().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return losses, mems, grads
+
+
+CONFIGS = [dict(attn_type=0), dict(attn_type=1), dict(attn_type=2), dict(attn_type=3),
+           dict(attn_type=0, pre_lnorm=True, same_length=True, clamp_len=3),
+           dict(attn_type=0, untie_r=True, cutoffs=[10, 20], div_val=2), dict(attn_type=2, pre_lnorm=True)]
+
+
+@pytest.mark.parametrize('overrides', CONFIGS, ids=lambda c: '-'.join(f'{k}={v}' for k, v in c.items()))
+@pytest.mark.parametrize('grad', [True, False], ids=['train-grad', 'no-grad'])
+def test_fast_model_equals_plain_model_in_float32(overrides, grad):
+    plain, fast = _pair(**overrides)
+    data = torch.randint(40, (16, 3))
+    for model in (plain, fast):
+        model.train(grad)
+    (pl, pm, pg), (fl, fm, fg) = _segments(plain, data, grad=grad), _segments(fast, data, grad=grad)
+    for a, b in zip(pl + pm, fl + fm):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+    assert pg.keys() == fg.keys()
+    for name in pg:
+        torch.testing.assert_close(fg[name], pg[name], atol=1e-5, rtol=1e-4, msg=lambda m: f'{name}: {m}')
+
+
+@pytest.mark.parametrize('path', [p for p in reference_files() if p is not None][:13], ids=lambda p: p.stem)
+def test_fast_no_grad_path_matches_the_reference_losses(path):
+    """The evaluation path (SDPA with the positions as a bias) against the original's float64 losses."""
+    ref = torch.load(path, weights_only=True)
+    model = MemTransformerLM(**ref['config']['model'])
+    model.load_state_dict(ref['state_dict'], strict=True)
+    model = model.double().eval()
+    data, mems = ref['data'], []
+    with torch.no_grad():
+        for (tgt_len, mem_len, ext_len), seg in zip(ref['config']['segments'], ref['segments']):
+            model.reset_length(tgt_len, ext_len, mem_len)
+            start = seg['start']
+            loss, *mems = model(data[max(0, start - ext_len): start + tgt_len],
+                                data[start + 1: start + 1 + tgt_len], *mems)
+            torch.testing.assert_close(loss, seg['loss'], atol=1e-7, rtol=1e-7)
+
+
+def test_switching_fast_off_and_on_gives_the_same_numbers():
+    plain, model = _pair()
+    model.eval()
+    data = torch.randint(40, (6, 2))
+    fast_loss = model(data[:5], data[1:6])[0]
+    model.fast = False
+    torch.testing.assert_close(model(data[:5], data[1:6])[0], fast_loss, atol=1e-6, rtol=1e-6)
+    with pytest.raises(TypeError, match='fast='):
+        model.fast = 'yes'
+
+
+# -- cached positions and masks --
+
+def test_positions_and_masks_are_cached_per_shape_and_dropped_when_lengths_change():
+    _, model = _pair(same_length=True)
+    model.eval()
+    data = torch.randint(40, (12, 2))
+    loss, *mems = model(data[:5], data[1:6])
+    model(data[5:10], data[6:11], *mems)
+    keys = set(model._cache)
+    assert {k[0] for k in keys} == {'mask', 'pos'} and len(keys) == 4, 'one mask and table per (qlen, mlen)'
+    mask_key = next(k for k in keys if k[0] == 'mask' and k[2] == 5)
+    model(data[5:10], data[6:11], *mems)
+    assert set(model._cache) == keys, 'the same shapes reuse the cache'
+    model.reset_length(5, 0, 3)
+    assert model._cache == {}, 'new lengths start a fresh cache'
+    # `same_length` masks depend on mem_len: the cached mask of the old mem_len is not reused
+    expected = model._attn_mask(5, 5, data.device)
+    model(data[5:10], data[6:11], *mems)
+    assert torch.equal(model._cache[('mask', 5, 5, 3) + mask_key[4:]], expected)
+    model.double()
+    assert model._cache == {}, 'a new dtype starts a fresh cache'
+    model(data[:5], data[1:6])
+    assert all(v.dtype in (torch.float64, torch.bool) for v in model._cache.values())
+
+
+def test_cached_positions_see_loaded_frequencies():
+    _, model = _pair()
+    model.eval()
+    data = torch.randint(40, (6, 2))
+    before = model(data[:5], data[1:6])[0]
+    with torch.no_grad():
+        model.pos_emb.inv_freq.mul_(2)
+    after = model(data[:5], data[1:6])[0]
+    model.fast = False
+    torch.testing.assert_close(after, model(data[:5], data[1:6])[0], atol=1e-6, rtol=1e-6)
+    assert not torch.equal(before, after)
+
+
+# -- the drop-in RelativeMultiHeadAttention --
+
+@pytest.mark.parametrize('mask_kind', ['none', 'causal', 'padding'])
+def test_relative_mha_fast_equals_plain(mask_kind):
+    torch.manual_seed(0)
+    attn = RelativeMultiHeadAttention(2, 8, dropout_prob=0.0).double()
+    with torch.no_grad():
+        attn.r_w_bias.normal_()
+        attn.r_r_bias.normal_()
+    x = torch.randn(5, 3, 8, dtype=torch.float64)
+    mask = None
+    if mask_kind == 'causal':
+        mask = subsequent_mask(5)
+    elif mask_kind == 'padding':
+        mask = torch.ones(1, 5, 3, dtype=torch.bool)
+        mask[0, 3:, 1] = False
+        mask = mask.expand(5, 5, 3).clone()
+        mask[2, :, 2] = False  # a query with every key masked attends to nothing
+    out, weights = attn(query=x, key=x, value=x, mask=mask, need_weights=True)
+    attn.fast = False
+    out_plain, weights_plain = attn(query=x, key=x, value=x, mask=mask, need_weights=True)
+    torch.testing.assert_close(out, out_plain, atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(weights, weights_plain, atol=1e-12, rtol=1e-12)
+
+
+# -- torch.compile --
+
+def test_whole_model_compiles_without_graph_breaks():
+    """`fullgraph=True` fails on any graph break; training step with memories, and with clusters."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = MemTransformerLM(**small_config(n_layer=1, cutoffs=[10, 20], div_val=2))
+    compiled = torch.compile(model, fullgraph=True, dynamic=False)
+    data = torch.randint(40, (6, 2))
+    loss, *mems = compiled(data[:5], data[1:6])
+    loss.mean().backward()
+    expected, *expected_mems = model(data[:5], data[1:6])
+    torch.testing.assert_close(loss, expected, atol=1e-5, rtol=1e-5)
+    for a, b in zip(mems, expected_mems):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+# -- generation: one new position per step --
+
+def test_generation_computes_only_the_new_position_each_step():
+    torch.manual_seed(0)
+    model = MemTransformerLM(**small_config(tgt_len=8, mem_len=8))
+    seen = []
+    model.layers[0].register_forward_hook(lambda module, args, output: seen.append(args[0].shape[0]))
+    embedded = []
+    model.word_emb.register_forward_hook(lambda module, args, output: embedded.append(args[0].shape[0]))
+    prompt = torch.randint(40, (6, 2))
+    generate(model, prompt, 5, context=16)
+    # The prompt once, then one position per sampled token (the last token's is the next distribution)
+    assert seen == [6, 1, 1, 1, 1, 1]
+    assert embedded == seen
+
+
+# -- bf16 autocast --
+
+@pytest.mark.parametrize('path', [p for p in reference_files() if p is not None][:13], ids=lambda p: p.stem)
+def test_bf16_autocast_keeps_the_reference_mean_losses(path):
+    ref = torch.load(path, weights_only=True)
+    model = MemTransformerLM(**ref['config']['model'])
+    model.load_state_dict(ref['state_dict'], strict=True)
+    model = model.float().eval()
+    data, mems = ref['data'], []
+    with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+        for (tgt_len, mem_len, ext_len), seg in zip(ref['config']['segments'], ref['segments']):
+            model.reset_length(tgt_len, ext_len, mem_len)
+            start = seg['start']
+            loss, *mems = model(data[max(0, start - ext_len): start + tgt_len],
+                                data[start + 1: start + 1 + tgt_len], *mems)
+            assert abs(loss.float().mean().item() - seg['loss'].mean().item()) < 1e-2
+
+
+# -- the benchmark --
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location('benchmark', ROOT / 'experiments' / 'benchmark.py')
+    module = importlib.util.module_from_spec(spec)
+    sys.modules['benchmark'] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_measures_every_row_on_tiny_sizes():
+    bench = _benchmark()
+    cfg = bench.BenchConfig(n_token=16, n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=32, tgt_len=4,
+                            mem_len=4, batch=2, repeats=1, matmul_n=32)
+    speed = bench.measure_speed(cfg, compile_model=False)
+    assert set(speed) == {'fast', 'plain', 'labml_nn', 'bf16 autocast', 'matmul'}
+    assert all(v > 0 for name, row in speed.items() for v in row.values())
+    table9 = bench.measure_table9(cfg, [4, 8], repeats=1)
+    assert [r['length'] for r in table9] == [4, 8]
+    assert all(r[k] > 0 for r in table9 for k in ('xl_segment', 'xl_token', 'vanilla'))
+    memory = bench.measure_memory(cfg, [8])
+    assert all(memory[0][path][k] > 0 for path in ('fast', 'plain') for k in ('model_mib', 'mems_mib'))
+    assert all(memory[0][path]['eval_peak_mib'] >= 0 for path in ('fast', 'plain'))
+    table = bench.format_table(bench.speed_rows(speed, cfg) + bench.table9_rows(table9) + bench.memory_rows(memory))
+    lines = table.splitlines()
+    assert lines[0] == '| measurement | value | ratio |'
+    for needle in ('train: fast vs plain', 'train: fast vs labml_nn', 'eval: fast vs plain', 'eval: fast vs labml_nn',
+                   'bf16 autocast', 'train step matmul FLOP/s', 'Table 9, L=4', 'Table 9, L=8',
+                   'eval peak memory above the model, mem_len=8'):
+        assert any(needle in line for line in lines), needle
+    assert bench.train_step_flops(cfg) == 3 * bench.forward_flops(cfg) > 0
+
+
+def test_generation_steps_project_nothing_of_the_past():
+    """With a full memory, every product of a step has one row: the memory's keys and values and the projected
+    distance table are kept from the step before (no-grad evaluation), not recomputed."""
+    from torch.nn import functional as F
+    from torch.overrides import TorchFunctionMode
+
+    torch.manual_seed(0)
+    model = MemTransformerLM(**small_config(tgt_len=8, mem_len=8))
+    events = []
+
+    class RowsOfProducts(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is F.linear:
+                # Positions in the product: `[seq, bsz, d]` inputs, or `[seq * bsz, d]` for the softmax layer
+                shape = args[0].shape
+                events.append(shape[0] if len(shape) == 3 else shape[0] // 2)
+            return func(*args, **(kwargs or {}))
+
+    model.word_emb.register_forward_hook(lambda module, args, output: events.append(('step', args[0].shape[0])))
+    with RowsOfProducts():
+        generate(model, torch.randint(40, (6, 2)), 12, context=4)
+    steps, current = [], None
+    for event in events:
+        if isinstance(event, tuple):
+            current = []
+            steps.append((event[1], current))
+        else:
+            current.append(event)
+    assert [qlen for qlen, _ in steps] == [6] + [1] * 12
+    # Once the memory is full (4 positions) the table stops changing: from then on only one-row products
+    for _, rows in steps[3:]:
+        assert rows and max(rows) == 1, rows
+
+
+def test_masked_softmax_heads_leaves_its_input_alone_unless_asked():
+    from labml_txl.relative_attention import masked_softmax, masked_softmax_heads
+    scores = torch.randn(2, 3, 4, 6)
+    masked = torch.ones(4, 6, dtype=torch.bool).triu(3)
+    masked[1] = True  # a fully masked row: zero weights, as `masked_softmax`
+    before = scores.clone()
+    probs = masked_softmax_heads(scores, masked)
+    assert torch.equal(scores, before)
+    expected = masked_softmax(scores.permute(2, 3, 0, 1), masked, dim=1).permute(2, 3, 0, 1)
+    torch.testing.assert_close(probs, expected)
+    assert torch.equal(probs[:, :, 1], torch.zeros(2, 3, 6))
