@@ -18,8 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .checks import check_cutoffs
-from ..errors import require_positive_int
+from .checks import check_adaptive
 
 
 class AdaptiveEmbedding(nn.Module):
@@ -42,17 +41,10 @@ class AdaptiveEmbedding(nn.Module):
     def __init__(self, n_token: int, d_embed: int, d_proj: int, cutoffs: Sequence[int], div_val: int = 1,
                  sample_softmax: bool = False):
         super().__init__()
-        require_positive_int('n_token', n_token)
-        require_positive_int('d_embed', d_embed)
-        require_positive_int('d_proj', d_proj)
-        require_positive_int('div_val', div_val)
-        cutoffs = check_cutoffs(cutoffs, n_token)
-        self.n_token = n_token
-        self.d_embed = d_embed
-        self.d_proj = d_proj
-        self.div_val = div_val
-        self.cutoffs: List[int] = cutoffs + [n_token]
+        # Cluster $i$ holds the ids `[cutoff_ends[i], cutoff_ends[i + 1])`; the last ends at `n_token`
+        self.cutoffs: List[int] = check_adaptive(n_token, d_embed, d_proj, cutoffs, div_val)
         self.cutoff_ends: List[int] = [0] + self.cutoffs
+        self.n_token, self.d_embed, self.d_proj, self.div_val = n_token, d_embed, d_proj, div_val
         # $\sqrt{d_{proj}}$
         self.emb_scale = d_proj ** 0.5
 

@@ -27,6 +27,13 @@ def check_cutoffs(cutoffs: Sequence[int], n_token: int) -> list:
     return cutoffs
 
 
+def check_adaptive(n_token: int, d_embed: int, d_proj: int, cutoffs: Sequence[int], div_val: int) -> list:
+    """The arguments shared by the adaptive embedding and softmax, checked; returns `cutoffs + [n_token]`."""
+    for name, value in (('n_token', n_token), ('d_embed', d_embed), ('d_proj', d_proj), ('div_val', div_val)):
+        require_positive_int(name, value)
+    return check_cutoffs(cutoffs, n_token) + [n_token]
+
+
 def check_tokens(name: str, tokens: torch.Tensor, n_token: int) -> None:
     """`TypeError` / `ValueError` / `IndexError` unless `tokens` is a 2-D integer tensor of ids in `[0, n_token)`."""
     if not isinstance(tokens, torch.Tensor):
