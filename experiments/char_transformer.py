@@ -2,9 +2,8 @@
 # A small character-level Transformer on Tiny Shakespeare
 
 `TransformerConfigs` builds a causal encoder over the bundled corpus; this trains it for a bounded time on the
-CPU and prints the training and validation loss (nats per character). `make demo` runs it until the
-Transformer-XL training experiment lands, and `glu_variants.py` reuses it. Any config item can be overridden on
-the command line:
+CPU and prints the training and validation loss (nats per character). `glu_variants.py` reuses it. Any config
+item can be overridden on the command line:
 
     python experiments/char_transformer.py transformer.ffn.glu_variant=SwiGLU steps=500 time_limit=300
 """
