@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .checks import check_adaptive
+from .checks import check_adaptive, cluster_embedding_sizes
 
 
 class AdaptiveEmbedding(nn.Module):
@@ -55,14 +55,10 @@ class AdaptiveEmbedding(nn.Module):
             if d_proj != d_embed:
                 self.emb_projs.append(nn.Parameter(torch.empty(d_proj, d_embed)))
         else:
-            for i in range(len(self.cutoffs)):
+            # $d_i = d_{embed} / \mathit{div\_val}^i$
+            sizes = cluster_embedding_sizes(d_embed, div_val, len(self.cutoffs))
+            for i, d_emb_i in enumerate(sizes):
                 l_idx, r_idx = self.cutoff_ends[i], self.cutoff_ends[i + 1]
-                # $d_i = d_{embed} / \mathit{div\_val}^i$
-                d_emb_i = d_embed // (div_val ** i)
-                if d_emb_i < 1:
-                    raise ValueError(f"div_val={div_val} is not accepted with d_embed={d_embed} and "
-                                     f"{len(cutoffs)} cutoffs: cluster {i} would get d_embed // div_val**{i} = 0 "
-                                     f"features; accepted: d_embed >= div_val**{len(cutoffs)}")
                 self.emb_layers.append(nn.Embedding(r_idx - l_idx, d_emb_i))
                 self.emb_projs.append(nn.Parameter(torch.empty(d_proj, d_emb_i)))
 

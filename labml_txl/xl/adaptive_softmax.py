@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .checks import check_adaptive
+from .checks import check_adaptive, cluster_embedding_sizes
 
 
 class ProjectedAdaptiveLogSoftmax(nn.Module):
@@ -64,13 +64,9 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
                     self.out_projs.append(nn.Parameter(torch.empty(d_proj, d_embed)))
             self.out_layers.append(nn.Linear(d_embed, n_token))
         else:
-            for i in range(len(self.cutoffs)):
+            # $d_i = d_{embed} / \mathit{div\_val}^i$, as the adaptive embedding's clusters
+            for i, d_emb_i in enumerate(cluster_embedding_sizes(d_embed, div_val, len(self.cutoffs))):
                 l_idx, r_idx = self.cutoff_ends[i], self.cutoff_ends[i + 1]
-                d_emb_i = d_embed // (div_val ** i)
-                if d_emb_i < 1:
-                    raise ValueError(f"div_val={div_val} is not accepted with d_embed={d_embed} and "
-                                     f"{len(cutoffs)} cutoffs: cluster {i} would get 0 features; "
-                                     f"accepted: d_embed >= div_val**{len(cutoffs)}")
                 self.out_projs.append(nn.Parameter(torch.empty(d_proj, d_emb_i)))
                 self.out_layers.append(nn.Linear(d_emb_i, r_idx - l_idx))
 

@@ -159,6 +159,17 @@ class XLAttentionBase(nn.Module):
         """`[len, bsz, 2 * n_head * d_head]` as `[2, bsz, n_head, len, d_head]`, a view."""
         return kv.reshape(kv.shape[0], kv.shape[1], 2, self.n_head, self.d_head).permute(2, 1, 3, 0, 4)
 
+    def _plain_heads(self, qkv_net: nn.Linear, w: torch.Tensor, mems: Optional[torch.Tensor]):
+        """The original's projection (plain path): $[W_q; W_{k,E}; W_v]$ of `[memory, segment]`, queries kept
+        for the segment only; returns `q` `[qlen, bsz, n_head, d_head]` and `k`, `v` `[klen, bsz, n_head, d_head]`."""
+        qlen, bsz = w.shape[0], w.shape[1]
+        w_head_q, w_head_k, w_head_v = torch.chunk(qkv_net(self._keys_input(w, mems)), 3, dim=-1)
+        klen = w_head_k.shape[0]
+        # Queries only for the segment: the last `qlen` of the `klen` positions
+        return (w_head_q[-qlen:].reshape(qlen, bsz, self.n_head, self.d_head),
+                w_head_k.reshape(klen, bsz, self.n_head, self.d_head),
+                w_head_v.reshape(klen, bsz, self.n_head, self.d_head))
+
     def _keys_input(self, w: torch.Tensor, mems: Optional[torch.Tensor]) -> torch.Tensor:
         """The memory followed by the segment, `[mlen + qlen, bsz, d_model]`, layer-normalised with `pre_lnorm`.
         The memory is only read: cached tensors are never changed in place."""

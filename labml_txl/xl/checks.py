@@ -34,6 +34,17 @@ def check_adaptive(n_token: int, d_embed: int, d_proj: int, cutoffs: Sequence[in
     return check_cutoffs(cutoffs, n_token) + [n_token]
 
 
+def cluster_embedding_sizes(d_embed: int, div_val: int, n_clusters: int) -> list:
+    """$d_i = d_{embed} / \mathit{div\_val}^i$ for each cluster $i$ of the adaptive embedding and softmax, or a
+    `ValueError` when one would get no features."""
+    sizes = [d_embed // (div_val ** i) for i in range(n_clusters)]
+    if sizes[-1] < 1:
+        raise ValueError(f"div_val={div_val} is not accepted with d_embed={d_embed} and {n_clusters - 1} cutoffs: "
+                         f"cluster {sizes.index(0)} would get d_embed // div_val**{sizes.index(0)} = 0 features; "
+                         f"accepted: d_embed >= div_val**{n_clusters - 1}")
+    return sizes
+
+
 def check_tokens(name: str, tokens: torch.Tensor, n_token: int) -> None:
     """`TypeError` / `ValueError` / `IndexError` unless `tokens` is a 2-D integer tensor of ids in `[0, n_token)`."""
     if not isinstance(tokens, torch.Tensor):

@@ -48,7 +48,6 @@ class RelLearnableMultiHeadAttn(XLAttentionBase):
 
     def forward(self, w: torch.Tensor, r_emb: torch.Tensor, r_w_bias: torch.Tensor, r_bias: torch.Tensor,
                 attn_mask: Optional[torch.Tensor] = None, mems: Optional[torch.Tensor] = None) -> torch.Tensor:
-        qlen, bsz = w.shape[0], w.shape[1]
         if self.fast:
             head_q, head_k, head_v = self._qkv_heads(self.qkv_net, w, mems)
             # $e_s$ `[n_head, klen, d_head]` and $b_s$ `[n_head, klen]` for distances `klen - 1 .. 0`
@@ -63,12 +62,8 @@ class RelLearnableMultiHeadAttn(XLAttentionBase):
             score = relative_attention_scores_heads(head_q, head_k, table, r_w_bias, None, r_bias=bias,
                                                     scale=self._fold_scale)
             return self._output(w, self._attend_heads(score, attn_mask, head_v))
-        w_heads = self.qkv_net(self._keys_input(w, mems))
-        w_head_q, w_head_k, w_head_v = torch.chunk(w_heads, 3, dim=-1)
+        w_head_q, w_head_k, w_head_v = self._plain_heads(self.qkv_net, w, mems)
         klen = w_head_k.shape[0]
-        w_head_q = w_head_q[-qlen:].reshape(qlen, bsz, self.n_head, self.d_head)
-        w_head_k = w_head_k.reshape(klen, bsz, self.n_head, self.d_head)
-        w_head_v = w_head_v.reshape(klen, bsz, self.n_head, self.d_head)
         # Distances `klen - 1 .. 0`
         r_emb = last_rows(r_emb, klen)
         r_bias = last_rows(r_bias, klen)

@@ -74,7 +74,6 @@ class RelPartialLearnableMultiHeadAttn(XLAttentionBase):
         elif r_w_bias is None or r_r_bias is None:
             raise ValueError("r_w_bias and r_r_bias are required: this layer was built with untie_r=False, "
                              "so the model passes its shared biases u and v")
-        qlen, bsz = w.shape[0], w.shape[1]
         if self.fast:
             # Head-major `[bsz, n_head, len, d_head]`; the table `[n_head, rlen, d_head]`
             head_q, head_k, head_v = self._qkv_heads(self.qkv_net, w, mems)
@@ -86,13 +85,7 @@ class RelPartialLearnableMultiHeadAttn(XLAttentionBase):
             score = relative_attention_scores_heads(head_q, head_k, r_head_k, r_w_bias, r_r_bias,
                                                     scale=self._fold_scale)
             return self._output(w, self._attend_heads(score, attn_mask, head_v))
-        w_heads = self.qkv_net(self._keys_input(w, mems))
-        w_head_q, w_head_k, w_head_v = torch.chunk(w_heads, 3, dim=-1)
-        klen = w_head_k.shape[0]
-        # Queries only for the segment: the last `qlen` of the `klen` positions
-        w_head_q = w_head_q[-qlen:].reshape(qlen, bsz, self.n_head, self.d_head)
-        w_head_k = w_head_k.reshape(klen, bsz, self.n_head, self.d_head)
-        w_head_v = w_head_v.reshape(klen, bsz, self.n_head, self.d_head)
+        w_head_q, w_head_k, w_head_v = self._plain_heads(self.qkv_net, w, mems)
         # $W_{k,R} R$, `[rlen, n_head, d_head]`
         r_head_k = self.r_net(r).reshape(r.shape[0], self.n_head, self.d_head)
 

@@ -132,3 +132,12 @@ def test_other_constructor_arguments():
         MemTransformerLM(**small_config(dropout=1.5))
     with raises(ValueError, 'sample_softmax=4', 'div_val=2'):
         MemTransformerLM(**small_config(sample_softmax=4, div_val=2, cutoffs=[20], d_embed=8))
+
+
+def test_div_val_too_large_for_d_embed():
+    # d_embed 8 with div_val 4 and two cutoffs: the third cluster would get 8 // 16 = 0 features
+    with pytest.raises(ValueError, match=r"div_val=4 is not accepted with d_embed=8 and 2 cutoffs: cluster 2 "
+                                         r"would get .* = 0 features; accepted: d_embed >= div_val\*\*2"):
+        MemTransformerLM(n_token=60, n_layer=1, n_head=2, d_model=16, d_head=8, d_inner=32, dropout=0.0,
+                         dropatt=0.0, d_embed=8, div_val=4, cutoffs=[20, 40], tie_projs=[False, False, False],
+                         tgt_len=4, mem_len=4)
