@@ -27,6 +27,7 @@ def sample_run(run_uuid: str, settings: Dict[str, Any]) -> str:
 def sample_text(model, corpus, prompt: str = '\n', n_tokens: int = 500, temperature: float = 0.8, top_k: int = 0,
                 top_p: float = 0.95, context: int = None, seed: int = 0) -> str:
     """`prompt` followed by `n_tokens` sampled tokens, as text."""
+    prompt = str(prompt)  # `prompt=1984` on the command line parses as a number
     ids = corpus.encode(prompt).view(-1, 1)
     tokens = generate(model, ids, n_tokens, context=context, temperature=temperature, top_k=top_k, top_p=top_p,
                       generator=torch.Generator().manual_seed(seed))
