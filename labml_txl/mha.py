@@ -67,6 +67,20 @@ class MultiHeadAttention(nn.Module):
         # Set to False to take the explicit path even when weights are not asked for
         self.use_sdpa = True
 
+    def _check_inputs(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      mask: Optional[torch.Tensor]) -> Tuple[int, int]:
+        """`(seq_q, batch)`, or a `ValueError` naming the shapes when the inputs or the mask do not fit."""
+        if query.dim() != 3 or query.shape[2] != self.d_model:
+            raise ValueError(f"query of shape {list(query.shape)} is not accepted: expected "
+                             f"[seq_q, batch, {self.d_model}]")
+        seq_q, batch_size, _ = query.shape
+        if key.dim() != 3 or key.shape[1:] != (batch_size, self.d_model) or value.shape != key.shape:
+            raise ValueError(f"query {list(query.shape)}, key {list(key.shape)} and value {list(value.shape)} "
+                             f"are not accepted: expected [seq_q, batch, {self.d_model}] for the query and "
+                             f"[seq_k, batch, {self.d_model}] for both key and value")
+        check_mask(mask, seq_q, key.shape[0], batch_size)
+        return seq_q, batch_size
+
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         """`[seq, batch, d_model]` to the head-major `[batch, heads, seq, d_k]`."""
         seq_len, batch_size, _ = x.shape
@@ -75,12 +89,7 @@ class MultiHeadAttention(nn.Module):
     def forward(self, *, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 mask: Optional[torch.Tensor] = None,
                 need_weights: bool = False) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
-        seq_q, batch_size, _ = query.shape
-        if key.shape[1:] != (batch_size, self.d_model) or value.shape != key.shape:
-            raise ValueError(f"query {list(query.shape)}, key {list(key.shape)} and value {list(value.shape)} "
-                             f"are not accepted: expected [seq_q, batch, {self.d_model}] for the query and "
-                             f"[seq_k, batch, {self.d_model}] for both key and value")
-        check_mask(mask, seq_q, key.shape[0], batch_size)
+        seq_q, batch_size = self._check_inputs(query, key, value, mask)
 
         q = self._split_heads(self.query(query))
         k = self._split_heads(self.key(key))

@@ -21,20 +21,18 @@ decoder passes a causal mask as it would to `MultiHeadAttention`.
 view and caches the sinusoids per shape; `fast = False` is the plain computation of
 `labml_txl.relative_attention` (einsums over `[seq_q, seq_k, batch, heads]`). They agree to float rounding.
 """
-import math
 from typing import Optional, Tuple, Union
 
 import torch
 from torch import nn
 
-from .attention_mask import check_mask
-from .mha import check_heads
+from .mha import MultiHeadAttention
 from .relative_attention import (from_heads, heads_mask, masked_softmax, masked_softmax_heads,
                                  relative_attention_scores, relative_attention_scores_heads, relative_distances,
                                  sinusoid_inverse_frequencies, sinusoidal_embeddings, to_heads)
 
 
-class RelativeMultiHeadAttention(nn.Module):
+class RelativeMultiHeadAttention(MultiHeadAttention):
     """
     Multi-head attention with Transformer-XL's relative positions.
 
@@ -52,26 +50,16 @@ class RelativeMultiHeadAttention(nn.Module):
     """
 
     def __init__(self, heads: int, d_model: int, dropout_prob: float = 0.1, bias: bool = True):
-        super().__init__()
-        self.d_k = check_heads(heads, d_model)
+        # $W_q$, $W_k$, $W_v$, the output projection, dropout and $1/\sqrt{d_k}$ as `MultiHeadAttention`
+        super().__init__(heads, d_model, dropout_prob=dropout_prob, bias=bias)
         if d_model % 2 != 0:
             raise ValueError(f"d_model={d_model} is not accepted for relative attention: its sinusoidal "
                              f"distance embeddings pair a sine and a cosine per frequency, so d_model must be even")
-        self.heads = heads
-        self.d_model = d_model
-        self.query = nn.Linear(d_model, d_model, bias=bias)
-        self.key = nn.Linear(d_model, d_model, bias=bias)
-        self.value = nn.Linear(d_model, d_model, bias=bias)
-        self.output = nn.Linear(d_model, d_model, bias=bias)
         # $W_{k,R}$
         self.r_net = nn.Linear(d_model, d_model, bias=False)
         # $u$ and $v$
         self.r_w_bias = nn.Parameter(torch.zeros(heads, self.d_k))
         self.r_r_bias = nn.Parameter(torch.zeros(heads, self.d_k))
-        self.dropout_prob = dropout_prob
-        self.dropout = nn.Dropout(dropout_prob)
-        # $\frac{1}{\sqrt{d_k}}$
-        self.scale = 1 / math.sqrt(self.d_k)
         # The head-major fast path (False: the plain computation)
         self.fast = True
         # The sinusoids $R_d$ of the last shape seen: `(seq_q, seq_k, dtype, device)` and the table
@@ -107,16 +95,8 @@ class RelativeMultiHeadAttention(nn.Module):
     def forward(self, *, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 mask: Optional[torch.Tensor] = None,
                 need_weights: bool = False) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
-        if query.dim() != 3 or query.shape[2] != self.d_model:
-            raise ValueError(f"query of shape {list(query.shape)} is not accepted: expected "
-                             f"[seq_q, batch, {self.d_model}]")
-        seq_q, batch_size, _ = query.shape
-        if key.dim() != 3 or key.shape[1:] != (batch_size, self.d_model) or value.shape != key.shape:
-            raise ValueError(f"query {list(query.shape)}, key {list(key.shape)} and value {list(value.shape)} "
-                             f"are not accepted: expected [seq_q, batch, {self.d_model}] for the query and "
-                             f"[seq_k, batch, {self.d_model}] for both key and value")
+        seq_q, batch_size = self._check_inputs(query, key, value, mask)
         seq_k = key.shape[0]
-        check_mask(mask, seq_q, seq_k, batch_size)
 
         if self.fast:
             return self._forward_heads(query, key, value, mask, need_weights)
