@@ -11,16 +11,14 @@ enwik8 with a memory of 2,100 after training with 512). Prints the loss per toke
 import sys
 from typing import Any, Dict, List
 
-import torch
 
 from labml_txl.cli import parse_overrides, run_script
 from labml_txl.train.runs import load_trained_run
-from labml_txl.train.trainer import quality
+from labml_txl.train.trainer import mean_loss_over_stream, quality
 
 SETTINGS = ('split', 'tgt_len', 'mem_len', 'clamp_len', 'same_length', 'batch_size', 'max_steps', 'paper')
 
 
-@torch.no_grad()
 def evaluate_run(run_uuid: str, settings: Dict[str, Any]) -> Dict[str, float]:
     unknown = sorted(set(settings) - set(SETTINGS))
     if unknown:
@@ -36,15 +34,7 @@ def evaluate_run(run_uuid: str, settings: Dict[str, Any]) -> Dict[str, float]:
     model.reset_length(tgt_len, conf.ext_len, mem_len)
     model.clamp_len, model.same_length = clamp_len, same_length
     iterator = conf.corpus.get_iterator(split, settings.get('batch_size', 10), tgt_len, ext_len=conf.ext_len)
-    total_loss, total_len, mems = 0.0, 0, []
-    max_steps = settings.get('max_steps', 0)
-    for i, (data, target, seq_len) in enumerate(iterator):
-        if 0 < max_steps <= i:
-            break
-        loss, *mems = model(data, target, *mems)
-        total_loss += seq_len * loss.double().mean().item()
-        total_len += seq_len
-    loss = total_loss / total_len
+    loss = mean_loss_over_stream(model, iterator, settings.get('max_steps', 0))
     result = {'loss': loss, **quality(loss, conf.corpus.level)}
     print(f"run {run_uuid} (step {step}), {split} split, tgt_len={tgt_len} mem_len={mem_len} "
           f"clamp_len={clamp_len} same_length={same_length}: "

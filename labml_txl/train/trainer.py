@@ -36,6 +36,25 @@ def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
+@torch.no_grad()
+def mean_loss_over_stream(model, iterator, max_steps: int = 0, columns: Optional[slice] = None) -> float:
+    """
+    The mean loss per position over the segments of `iterator` (at most `max_steps` when positive), each segment
+    continuing the memories of the one before, as the original evaluates: $\sum_s n_s \bar{\ell}_s / \sum_s n_s$
+    for segments of $n_s$ positions and mean loss $\bar{\ell}_s$. `columns` restricts it to those batch columns.
+    """
+    total_loss, total_len, mems = 0.0, 0, []
+    for i, (data, target, seq_len) in enumerate(iterator):
+        if 0 < max_steps <= i:
+            break
+        if columns is not None:
+            data, target = data[:, columns], target[:, columns]
+        loss, *mems = model(data, target, *mems)
+        total_loss += seq_len * loss.double().mean().item()
+        total_len += seq_len
+    return total_loss / max(total_len, 1)
+
+
 def quality(loss: float, level: str) -> Dict[str, float]:
     """Bits per character for character and byte corpora, perplexity for word corpora."""
     if level == 'word':
@@ -177,22 +196,14 @@ class Trainer:
             model.reset_length(conf.eval_tgt_len, conf.ext_len, conf.mem_len + conf.tgt_len - conf.eval_tgt_len)
         iterator = self.corpus.get_iterator(split, conf.batch_size, conf.eval_tgt_len, device=self.device,
                                             ext_len=model.ext_len)
-        total_loss, total_len, mems = 0.0, 0, []
-        for i, (data, target, seq_len) in enumerate(iterator):
-            if 0 < max_steps <= i:
-                break
-            if self.distributed is not None:
-                columns = self.distributed.columns(data.shape[1])
-                data, target = data[:, columns], target[:, columns]
-            with self._autocast():
-                loss, *mems = model(data, target, *mems)
-            total_loss += seq_len * _at_least_float32(loss).mean().item()
-            total_len += seq_len
+        columns = None if self.distributed is None else self.distributed.columns(conf.batch_size)
+        with self._autocast():
+            loss = mean_loss_over_stream(model, iterator, max_steps, columns)
         model.reset_length(conf.tgt_len, conf.ext_len, conf.mem_len)
         if self.distributed is not None:
             # Every rank scored as many positions, so the mean over ranks is the mean over the whole batch
-            total_loss = self.distributed.sum(total_loss)[0] / self.distributed.world_size
-        return total_loss / max(total_len, 1)
+            loss = self.distributed.sum(loss)[0] / self.distributed.world_size
+        return loss
 
     # ## State for exact resume
 
