@@ -21,10 +21,10 @@ from labml import experiment, logger
 from labml.internal.experiment import experiment_singleton
 
 from labml_txl.cli import parse_overrides, run_script
-from labml_txl.train.checkpoint import CheckpointError, load_latest_checkpoint
 from labml_txl.train.configs import TrainXLConfigs, device_of_name
 from labml_txl.train.distributed import from_environment
-from labml_txl.train.runs import clear_stale_pid, find_run, load_overrides, save_overrides
+from labml_txl.train.runs import (clear_stale_pid, find_run, latest_checkpoint_of_run, load_overrides,
+                                  save_overrides)
 from labml_txl.train.trainer import Trainer, quality
 
 
@@ -61,10 +61,7 @@ def train(overrides: Dict[str, Any], resume: Optional[str] = None, name: str = '
         save_overrides(main_path, overrides)
     trainer = Trainer(conf, checkpoint_dir=checkpoint_dir, distributed=distributed, device=device)
     if resume is not None:
-        latest = load_latest_checkpoint(checkpoint_dir)
-        if latest is None:
-            raise CheckpointError(f"run {resume} has no checkpoint in {checkpoint_dir} to resume from")
-        step, state = latest
+        step, state = latest_checkpoint_of_run(checkpoint_dir, resume)
         trainer.load_state_dict(state, source=str(checkpoint_dir / str(step)))
         logger.log(f'Resuming run {resume} from step {step}')
     with experiment.start(global_step=trainer.step):

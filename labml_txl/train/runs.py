@@ -69,6 +69,15 @@ def clear_stale_pid(run_path: Path) -> None:
                        f"stop it before resuming")
 
 
+def latest_checkpoint_of_run(checkpoint_dir: Path, run_uuid: str):
+    """`(step, state)` of the newest readable checkpoint of run `run_uuid`, or a `CheckpointError` saying it has
+    none."""
+    latest = load_latest_checkpoint(checkpoint_dir)
+    if latest is None:
+        raise CheckpointError(f"run {run_uuid} has no checkpoint in {checkpoint_dir}")
+    return latest
+
+
 def load_trained_run(run_uuid: str, overrides: Dict[str, Any] = None):
     """
     The configs and the model of run `run_uuid`, with the weights of its newest readable checkpoint, for
@@ -81,10 +90,7 @@ def load_trained_run(run_uuid: str, overrides: Dict[str, Any] = None):
     conf = TrainXLConfigs()
     experiment.evaluate()
     experiment.configs(conf, {**load_overrides(run_path), **(overrides or {})})
-    latest = load_latest_checkpoint(run_path / 'checkpoints')
-    if latest is None:
-        raise CheckpointError(f"run {run_uuid} has no checkpoint in {run_path / 'checkpoints'}")
-    step, state = latest
+    step, state = latest_checkpoint_of_run(run_path / 'checkpoints', run_uuid)
     load_model_state(conf.model, state['model'], str(run_path / 'checkpoints' / str(step)))
     conf.model.eval()
     return conf, step
