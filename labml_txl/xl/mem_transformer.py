@@ -53,10 +53,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..dropout import Dropout
 from ..errors import require_positive_int
 from ..relative_attention import relative_distances
 from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
+from .attention_base import XLAttentionBase
 from .checks import check_cutoffs, check_lengths, check_probability, check_tokens
 from .init import check_init, init_weights
 from .kv_memo import KeyValueMemo
@@ -109,8 +111,10 @@ class MemTransformerLM(nn.Module):
         fast: (new) True (the default) runs the fast paths: head-major attention, the shift as a view,
             `scaled_dot_product_attention` for the absolute types and for no-grad relative attention, queries
             only for the segment, position embeddings and masks cached across segments, the memory's keys and
-            values kept from the segment before in no-grad evaluation (`docs/performance.md`). `model.fast = False`
-            runs the original's computation; the two agree to float rounding. An attribute, not a constructor
+            values kept from the segment before in no-grad evaluation, dropout masks from 31-bit integers on the
+            CPU (`labml_txl/dropout.py`, `docs/performance.md`). `model.fast = False` runs the original's
+            computation; without dropout the two agree to float rounding (with it they draw different masks from
+            the same seed). An attribute, not a constructor
             keyword: it chooses how to compute, not what, so configs and checkpoints do not carry it.
 
     Shape:
@@ -183,7 +187,7 @@ class MemTransformerLM(nn.Module):
         self.untie_r = untie_r
 
         self.word_emb = AdaptiveEmbedding(n_token, d_embed, d_model, cutoffs, div_val=div_val)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
         self.tgt_len = tgt_len
         self.mem_len = mem_len
@@ -249,8 +253,9 @@ class MemTransformerLM(nn.Module):
         self._fast = value
         self._cache = {}
         self._kv_memo = KeyValueMemo()
-        for layer in self.layers:
-            layer.dec_attn.fast = value
+        for module in self.modules():
+            if isinstance(module, (XLAttentionBase, Dropout)):
+                module.fast = value
 
     def _apply(self, fn, *args, **kwargs):
         # A new dtype or device: the cached positions and masks are of the old ones

@@ -11,6 +11,8 @@ The layers sit in `CoreNet` at indices 0 and 3, as in the original, so its check
 import torch
 from torch import nn
 
+from ..dropout import Dropout
+
 
 class PositionwiseFF(nn.Module):
     """
@@ -34,10 +36,10 @@ class PositionwiseFF(nn.Module):
             nn.Linear(d_model, d_inner),
             # $\max(0, \cdot)$
             nn.ReLU(),
-            nn.Dropout(dropout),
+            Dropout(dropout),
             # $\cdot W_2 + b_2$
             nn.Linear(d_inner, d_model),
-            nn.Dropout(dropout),
+            Dropout(dropout),
         )
         self.layer_norm = nn.LayerNorm(d_model)
         self.pre_lnorm = pre_lnorm

@@ -1,0 +1,86 @@
+"""
+`labml_txl.dropout.Dropout`: a Bernoulli(1 - p) mask from 31-bit integers, scaled by 1 / (1 - p), checked against
+the binomial distribution, the scaling and gradient it must have, and `nn.Dropout` where it stands in for it.
+"""
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from labml_txl.dropout import Dropout
+from labml_txl.xl import MemTransformerLM
+
+from xl.helpers import small_config
+
+
+@pytest.mark.parametrize('p', [0.1, 0.5, 0.9])
+def test_keeps_each_element_with_probability_one_minus_p(p):
+    torch.manual_seed(0)
+    n = 1 << 22
+    out = Dropout(p).train()(torch.ones(n))
+    kept = (out != 0).double().mean().item()
+    # Six standard deviations of a binomial fraction
+    assert abs(kept - (1 - p)) < 6 * math.sqrt(p * (1 - p) / n)
+
+
+def test_neighbouring_elements_are_dropped_independently():
+    torch.manual_seed(1)
+    p, n = 0.3, 1 << 22
+    dropped = Dropout(p).train()(torch.ones(n)) == 0
+    both = (dropped[0::2] & dropped[1::2]).double().mean().item()
+    assert abs(both - p * p) < 6 * math.sqrt(p * p * (1 - p * p) / (n // 2))
+
+
+def test_kept_values_are_scaled_and_the_gradient_is_the_mask():
+    torch.manual_seed(2)
+    p = 0.25
+    x = torch.randn(64, 33, requires_grad=True)
+    out = Dropout(p).train()(x)
+    kept = out != 0
+    assert 0 < kept.sum() < x.numel()
+    torch.testing.assert_close(out[kept], x.detach()[kept] * (1 / (1 - p)), rtol=0, atol=0)
+    assert torch.equal(out[~kept], torch.zeros_like(out[~kept]))
+    grad = torch.randn_like(x)
+    out.backward(grad)
+    torch.testing.assert_close(x.grad, grad * kept * (1 / (1 - p)), rtol=0, atol=0)
+
+
+def test_masks_follow_the_seed():
+    x = torch.ones(1000)
+    drop = Dropout(0.5).train()
+    torch.manual_seed(3)
+    first, second = drop(x), drop(x)
+    torch.manual_seed(3)
+    assert torch.equal(drop(x), first) and torch.equal(drop(x), second)
+    assert not torch.equal(first, second)
+
+
+def test_is_nn_dropout_where_it_does_not_draw_its_own_mask():
+    x = torch.randn(50, 20)
+    ours, theirs = Dropout(0.3), nn.Dropout(0.3)
+    # Evaluation: the input itself
+    assert ours.eval()(x) is x
+    # `fast = False`: `nn.Dropout`'s own mask, the same for the same seed
+    ours.train().fast = False
+    torch.manual_seed(4)
+    expected = theirs.train()(x)
+    torch.manual_seed(4)
+    assert torch.equal(ours(x), expected)
+    # p = 1 drops everything
+    assert torch.equal(Dropout(1.0).train()(x), torch.zeros_like(x))
+
+
+def test_refuses_a_probability_outside_zero_to_one():
+    with pytest.raises(ValueError, match='between 0 and 1'):
+        Dropout(1.5)
+
+
+def test_the_model_switches_its_dropouts_with_fast():
+    model = MemTransformerLM(**small_config(dropout=0.1, dropatt=0.1))
+    dropouts = [m for m in model.modules() if isinstance(m, nn.Dropout)]
+    # Every dropout of the model is ours: embedding, attention output, attention weights, feed-forward
+    assert len(dropouts) == 1 + model.n_layer * 4 and all(isinstance(m, Dropout) for m in dropouts)
+    assert all(m.fast for m in dropouts)
+    model.fast = False
+    assert not any(m.fast for m in dropouts)
