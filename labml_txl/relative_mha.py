@@ -27,9 +27,9 @@ import torch
 from torch import nn
 
 from .mha import MultiHeadAttention
-from .relative_attention import (from_heads, heads_mask, masked_softmax, masked_softmax_heads,
-                                 relative_attention_scores, relative_attention_scores_heads, relative_distances,
-                                 sinusoid_inverse_frequencies, sinusoidal_embeddings, to_heads)
+from .relative_attention import (from_heads, heads_mask, masked_softmax, relative_attention_scores,
+                                 relative_attention_weights_heads, relative_distances, sinusoid_inverse_frequencies,
+                                 sinusoidal_embeddings, to_heads)
 
 
 class RelativeMultiHeadAttention(MultiHeadAttention):
@@ -128,9 +128,9 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         v = to_heads(self.value(value), self.heads, self.d_k)
         # $W_{k,R} R_d$ as `[heads, seq_k + seq_q - 1, d_k]`
         r = self._distance_embeddings(seq_q, seq_k, q.dtype, q.device).transpose(0, 1)
-        # $A^{rel} / \sqrt{d_k}$, `[batch, heads, seq_q, seq_k]`
-        scores = relative_attention_scores_heads(q, k, r, self.r_w_bias, self.r_r_bias, scale=self.scale)
-        weights = masked_softmax_heads(scores, None if mask is None else heads_mask(~mask), inplace=True)
+        # $\mathop{softmax}_j(A^{rel}_{i,j} / \sqrt{d_k})$ over the allowed keys, `[batch, heads, seq_q, seq_k]`
+        weights = relative_attention_weights_heads(q, k, r, self.r_w_bias, self.r_r_bias,
+                                                   None if mask is None else heads_mask(~mask), self.scale)
         weights = self.dropout(weights)
         # $\sum_j a_{i,j} v_j$, heads concatenated
         output = self.output(from_heads(torch.matmul(weights, v)))

@@ -12,7 +12,8 @@ import torch
 
 from labml_txl.attention_mask import subsequent_mask
 from labml_txl.generation import generate
-from labml_txl.relative_attention import (pad_table, relative_attention_scores, relative_attention_scores_heads,
+from labml_txl.relative_attention import (masked_softmax_heads, pad_table, relative_attention_scores,
+                                          relative_attention_scores_heads, relative_attention_weights_heads,
                                           relative_shift, relative_shift_view)
 from labml_txl.relative_mha import RelativeMultiHeadAttention
 from labml_txl.xl import MemTransformerLM
@@ -60,6 +61,60 @@ def test_head_major_scores_equal_the_einsums(bidirectional):
     causal = torch.ones(qlen, klen, dtype=torch.bool).tril(klen - qlen)
     keep = torch.ones_like(causal) if bidirectional else causal
     torch.testing.assert_close(fast[..., keep], 0.5 * expected[..., keep], atol=1e-5, rtol=1e-5)
+
+
+def _weights_inputs(qlen=4, klen=7, batch=2, heads=3, d=5, with_v=True, with_bias=False, requires_grad=True):
+    torch.manual_seed(0)
+    make = lambda *shape: torch.randn(*shape, dtype=torch.float64, requires_grad=requires_grad)  # noqa: E731
+    return (make(batch, heads, qlen, d), make(batch, heads, klen, d), make(heads, klen, d), make(heads, d),
+            make(heads, d) if with_v else None, make(heads, klen) if with_bias else None)
+
+
+def _composite_weights(q, k, r, u, v, r_bias, masked, scale, zero_masked_rows=True):
+    score = relative_attention_scores_heads(q, k, r, u, v, r_bias=r_bias, scale=scale)
+    return masked_softmax_heads(score, masked, zero_masked_rows)
+
+
+def _first_row_masked(mask):
+    mask[0] = True
+    return mask
+
+
+MASKS = {
+    'none': lambda q, k, b: None,
+    'causal': lambda q, k, b: torch.ones(q, k, dtype=torch.bool).triu(k - q + 1),
+    # Per batch element (`[batch, 1, qlen, klen]`), with one row of the second element fully masked
+    'per-batch': lambda q, k, b: torch.stack([torch.ones(q, k, dtype=torch.bool).triu(k - q + 1),
+                                              _first_row_masked(torch.ones(q, k, dtype=torch.bool).triu(1))])[:, None],
+}
+
+
+@pytest.mark.parametrize('mask', MASKS)
+@pytest.mark.parametrize('with_v,with_bias', [(True, False), (False, True)], ids=['type0', 'type1'])
+def test_decoder_weights_with_their_own_backward_equal_the_composite(mask, with_v, with_bias):
+    """`relative_attention_weights_heads` (hand-written backward) against autograd through the composite."""
+    q, k, r, u, v, r_bias = _weights_inputs(with_v=with_v, with_bias=with_bias)
+    masked = MASKS[mask](4, 7, 2)
+    inputs = [t for t in (q, k, r, u, v, r_bias) if t is not None]
+    grad = torch.randn(2, 3, 4, 7, dtype=torch.float64)
+    fused = relative_attention_weights_heads(q, k, r, u, v, masked, 0.3, r_bias=r_bias)
+    assert type(fused.grad_fn).__name__ == '_DecoderRelativeWeightsBackward'
+    composite = _composite_weights(q, k, r, u, v, r_bias, masked, 0.3)
+    fused_grads = torch.autograd.grad(fused, inputs, grad)
+    composite_grads = torch.autograd.grad(composite, inputs, grad)
+    torch.testing.assert_close(fused, composite, rtol=1e-12, atol=1e-12)
+    for a, b in zip(fused_grads, composite_grads):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    if mask == 'per-batch':
+        # The fully masked row attends to nothing
+        assert torch.equal(fused[1, :, 0], torch.zeros_like(fused[1, :, 0]))
+
+
+def test_decoder_weights_pass_gradcheck():
+    q, k, r, u, v, r_bias = _weights_inputs(qlen=3, klen=5, batch=2, heads=2, d=3, with_bias=True)
+    masked = MASKS['causal'](3, 5, 2)
+    torch.autograd.gradcheck(lambda *t: relative_attention_weights_heads(*t[:5], masked, 0.7, r_bias=t[5]),
+                             (q, k, r, u, v, r_bias))
 
 
 # -- the model: fast against plain --

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..dropout import Dropout
 from ..errors import require_positive_int
 from ..relative_attention import from_heads, heads_mask, masked_softmax, masked_softmax_heads, to_heads
 from .checks import check_probability
@@ -54,8 +55,8 @@ class XLAttentionBase(nn.Module):
         self.d_model = d_model
         self.d_head = d_head
         self.dropout = dropout
-        self.drop = nn.Dropout(dropout)
-        self.dropatt = nn.Dropout(dropatt)
+        self.drop = Dropout(dropout)
+        self.dropatt = Dropout(dropatt)
         # $W_o$
         self.o_net = nn.Linear(n_head * d_head, d_model, bias=False)
         self.layer_norm = nn.LayerNorm(d_model)
@@ -105,9 +106,12 @@ class XLAttentionBase(nn.Module):
         # $\mathop{softmax}_j(A_{i,j} / \sqrt{d_{head}})$ over the last axis
         # (in place: `score` is a fresh product here)
         attn_prob = masked_softmax_heads(score, heads_mask(attn_mask), self.zero_masked_rows, inplace=True)
-        attn_prob = self.dropatt(attn_prob)
-        # $\sum_j p_{i,j} v_j$ as one batched `@`
-        return from_heads(torch.matmul(attn_prob, head_v))
+        return self._weigh_values(attn_prob, head_v)
+
+    def _weigh_values(self, attn_prob: torch.Tensor, head_v: torch.Tensor) -> torch.Tensor:
+        r"""Attention dropout and $\sum_j p_{i,j} v_j$ as one batched `@`: `attn_prob` `[bsz, n_head, qlen, klen]`,
+        `head_v` `[bsz, n_head, klen, d_head]`; returns `[qlen, bsz, n_head * d_head]`."""
+        return from_heads(torch.matmul(self.dropatt(attn_prob), head_v))
 
     def _use_sdpa_bias(self) -> bool:
         """Relative attention through SDPA with the positions as a bias: only where it is faster (no gradient
@@ -140,9 +144,11 @@ class XLAttentionBase(nn.Module):
         hd = self.n_head * self.d_head
         # $[W_q; W_k; W_v] h$ of the segment, `[qlen, bsz, 3 * n_head * d_head]`
         qkv = F.linear(self.layer_norm(w) if self.pre_lnorm else w, qkv_net.weight)
-        head_q = to_heads(qkv[..., :hd], self.n_head, self.d_head)
+        # (`split` and `unbind` rather than slices: their backward pass concatenates, with no zero-filled gradient)
+        q, kv = qkv.split([hd, 2 * hd], dim=-1)
+        head_q = to_heads(q, self.n_head, self.d_head)
         # $[W_k; W_v] h$ as `[2, bsz, n_head, qlen, d_head]` (a view)
-        kv = self._kv_view(qkv[..., hd:])
+        kv = self._kv_view(kv)
         if self.mems_kv is not None:
             kv = torch.cat([self.mems_kv, kv], dim=3)
         elif mems is not None and mems.shape[0] > 0:
@@ -153,7 +159,8 @@ class XLAttentionBase(nn.Module):
         kv = kv.contiguous()
         if self.keep_kv:
             self.last_kv = kv
-        return head_q, kv[0], kv[1]
+        head_k, head_v = kv.unbind(0)
+        return head_q, head_k, head_v
 
     def _kv_view(self, kv: torch.Tensor) -> torch.Tensor:
         """`[len, bsz, 2 * n_head * d_head]` as `[2, bsz, n_head, len, d_head]`, a view."""

@@ -35,7 +35,7 @@ def check_adaptive(n_token: int, d_embed: int, d_proj: int, cutoffs: Sequence[in
 
 
 def cluster_embedding_sizes(d_embed: int, div_val: int, n_clusters: int) -> list:
-    """$d_i = d_{embed} / \mathit{div\_val}^i$ for each cluster $i$ of the adaptive embedding and softmax, or a
+    r"""$d_i = d_{embed} / \mathit{div\_val}^i$ for each cluster $i$ of the adaptive embedding and softmax, or a
     `ValueError` when one would get no features."""
     sizes = [d_embed // (div_val ** i) for i in range(n_clusters)]
     if sizes[-1] < 1:

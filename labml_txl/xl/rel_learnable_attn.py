@@ -16,8 +16,8 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..relative_attention import (content_scores, from_heads, heads_mask, position_scores,
-                                  relative_attention_scores_heads, relative_attention_sdpa, relative_shift)
+from ..relative_attention import (content_scores, from_heads, heads_mask, position_scores, relative_attention_sdpa,
+                                  relative_attention_weights_heads, relative_shift)
 from .attention_base import XLAttentionBase
 
 
@@ -59,9 +59,10 @@ class RelLearnableMultiHeadAttn(XLAttentionBase):
                                                    heads_mask(attn_mask), r_bias=bias)
                 return self._output(w, from_heads(attn_vec))
             # $(q_i + u)^\top k_j + \mathop{shift}(q_i^\top e_s + b_s)$
-            score = relative_attention_scores_heads(head_q, head_k, table, r_w_bias, None, r_bias=bias,
-                                                    scale=self._fold_scale)
-            return self._output(w, self._attend_heads(score, attn_mask, head_v))
+            attn_prob = relative_attention_weights_heads(head_q, head_k, table, r_w_bias, None, heads_mask(attn_mask),
+                                                         self.scale, r_bias=bias,
+                                                         zero_masked_rows=self.zero_masked_rows)
+            return self._output(w, self._weigh_values(attn_prob, head_v))
         w_head_q, w_head_k, w_head_v = self._plain_heads(self.qkv_net, w, mems)
         klen = w_head_k.shape[0]
         # Distances `klen - 1 .. 0`

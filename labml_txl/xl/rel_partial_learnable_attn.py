@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 from ..relative_attention import (from_heads, heads_mask, pad_table, relative_attention_scores,
-                                  relative_attention_scores_heads, relative_attention_sdpa)
+                                  relative_attention_scores_heads, relative_attention_sdpa,
+                                  relative_attention_weights_heads)
 from .attention_base import XLAttentionBase
 
 
@@ -82,9 +83,14 @@ class RelPartialLearnableMultiHeadAttn(XLAttentionBase):
                 attn_vec = relative_attention_sdpa(head_q, head_k, head_v, r_head_k, r_w_bias, r_r_bias,
                                                    self.scale, heads_mask(attn_mask))
                 return self._output(w, from_heads(attn_vec))
-            score = relative_attention_scores_heads(head_q, head_k, r_head_k, r_w_bias, r_r_bias,
-                                                    scale=self._fold_scale)
-            return self._output(w, self._attend_heads(score, attn_mask, head_v))
+            if self.round_scores_to_float32:
+                score = relative_attention_scores_heads(head_q, head_k, r_head_k, r_w_bias, r_r_bias,
+                                                        scale=self._fold_scale)
+                return self._output(w, self._attend_heads(score, attn_mask, head_v))
+            attn_prob = relative_attention_weights_heads(head_q, head_k, r_head_k, r_w_bias, r_r_bias,
+                                                         heads_mask(attn_mask), self.scale,
+                                                         zero_masked_rows=self.zero_masked_rows)
+            return self._output(w, self._weigh_values(attn_prob, head_v))
         w_head_q, w_head_k, w_head_v = self._plain_heads(self.qkv_net, w, mems)
         # $W_{k,R} R$, `[rlen, n_head, d_head]`
         r_head_k = self.r_net(r).reshape(r.shape[0], self.n_head, self.d_head)
