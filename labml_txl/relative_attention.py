@@ -417,8 +417,9 @@ def relative_attention_sdpa(q: torch.Tensor, k: torch.Tensor, v_heads: torch.Ten
     if r_bias is not None:
         bd = bd + pad_table(r_bias[..., None], klen)[..., 0][:, None] * scale
     # $B$: shifted to key positions by a view, then one pass to a contiguous tensor, $-\infty$ where masked
+    # (`where` reads the view and the mask once; `masked_fill` would copy the view first)
     bias = relative_shift_view(bd, klen)
-    bias = bias.contiguous() if masked is None else bias.masked_fill(masked, float('-inf'))
+    bias = bias.contiguous() if masked is None else torch.where(masked, float('-inf'), bias)
     q_u = q if u is None else q + u[:, None]
     return F.scaled_dot_product_attention(q_u, k, v_heads, attn_mask=bias.to(q_u.dtype), scale=scale)
 
