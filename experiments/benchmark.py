@@ -174,6 +174,37 @@ def matmul_runner(n: int) -> Callable[[], None]:
     return lambda: torch.mm(a, b)
 
 
+def products_runner(cfg: BenchConfig) -> Callable[[], None]:
+    r"""
+    Only the products of one evaluation segment of the fast path, at its shapes, with a full memory whose keys and
+    values are kept: per layer $[W_q; W_k; W_v]$ of the segment, $(Q + v) R^\top$, the attention kernel (SDPA with
+    the position bias), $W_o$ and the two feed-forward layers; then the softmax layer. Nothing else (no layer
+    norm, residual, ReLU, copy, mask or memory update). An implementation that computes these products with
+    PyTorch's float32 kernels on this machine evaluates no faster than this: its tokens/s bound the fast path's.
+    """
+    q, m, b, d, h, dh = cfg.tgt_len, cfg.mem_len, cfg.batch, cfg.d_model, cfg.n_head, cfg.d_head
+    k, rows = q + m, q * b
+    x, x_inner = torch.randn(rows, d), torch.randn(rows, cfg.d_inner)
+    heads_q, heads_kv = torch.randn(b, h, q, dh), torch.randn(b, h, k, dh)
+    table, bias = torch.randn(h, k + 1, dh), torch.randn(b, h, q, k)
+    w_qkv, w_o = torch.randn(3 * h * dh, d), torch.randn(d, h * dh)
+    w_1, b_1 = torch.randn(cfg.d_inner, d), torch.randn(cfg.d_inner)
+    w_2, b_2 = torch.randn(d, cfg.d_inner), torch.randn(d)
+    w_out, b_out = torch.randn(cfg.n_token, d), torch.randn(cfg.n_token)
+
+    def segment():
+        with torch.no_grad():
+            for _ in range(cfg.n_layer):
+                F.linear(x, w_qkv)
+                torch.matmul(heads_q, table.transpose(-1, -2))
+                F.scaled_dot_product_attention(heads_q, heads_kv, heads_kv, attn_mask=bias)
+                F.linear(x, w_o)
+                F.linear(x, w_1, b_1)
+                F.linear(x_inner, w_2, b_2)
+            F.linear(x, w_out, b_out)
+    return segment
+
+
 # -- FLOPs --
 
 def forward_flops(cfg: BenchConfig) -> int:
@@ -213,6 +244,8 @@ def measure_speed(cfg: BenchConfig, compile_model: bool = True, labml_nn: bool =
                    for name, model in contenders.items()}
         if train:
             runners['torch.mm'] = matmul_runner(cfg.matmul_n)
+        else:
+            runners['products alone'] = products_runner(cfg)
         seconds = interleaved(runners, cfg.repeats)
         if compile_model:
             model = make_xl(cfg, fast=True)
@@ -340,6 +373,10 @@ def speed_rows(speed: Dict[str, Dict[str, float]], cfg: BenchConfig) -> List[Lis
                     # Against the fast path of its own group of rounds
                     base = speed['fast (compile group)'][mode] if peer == 'fast + compile' else fast[mode]
                     rows.append([f'{mode}: {peer} vs fast ({other:,.0f} tokens/s)', '', f'{other / base:.2f}x'])
+    if 'products alone' in speed:
+        bound, plain = speed['products alone']['eval'], speed['plain']['eval']
+        rows.append([f"eval: the fast path's products alone ({bound:,.0f} tokens/s, an upper bound) vs plain", '',
+                     f'{bound / plain:.2f}x'])
     peak = speed['matmul']['flop/s']
     achieved = train_step_flops(cfg) * fast['train'] / cfg.tokens()
     rows.append([f'train step matmul FLOP/s (fast), of torch.mm {peak / 1e9:.0f} GFLOP/s',
