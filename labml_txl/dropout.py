@@ -25,6 +25,10 @@ not the masks `nn.Dropout` draws from the same seed.
 
 With `fast = False`, on other devices (CUDA's fused dropout is faster) and under `torch.compile` (Inductor has its
 own random numbers) this is `nn.Dropout`.
+
+`relu_dropout_` is $\mathop{dropout}(\max(0, h))$ in place on a fresh product $h$, for a feed-forward layer: the
+same mask from the same draws, no mask kept for the backward pass (the output says where the gradient passes:
+$\partial / \partial h_i = \frac{1}{1-p}$ where the output is positive, else 0) and no tensor allocated.
 """
 import torch
 from torch import nn
@@ -46,14 +50,54 @@ class Dropout(nn.Dropout):
         # False: `nn.Dropout`'s `bernoulli_` mask (the original's computation)
         self.fast = True
 
+    def draws_own_mask(self, x: torch.Tensor) -> bool:
+        """Whether `forward(x)` draws the 31-bit mask (else it is `nn.Dropout`'s `forward`)."""
+        return (self.training and 0 < self.p < 1 and self.fast and x.device.type == 'cpu' and x.is_floating_point()
+                and not torch.compiler.is_compiling())
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (not self.training or self.p in (0, 1) or not self.fast or x.device.type != 'cpu'
-                or not x.is_floating_point() or torch.compiler.is_compiling()):
+        if not self.draws_own_mask(x):
             return super().forward(x)
-        # $r_i$ uniform on $[0, 2^{31})$: the halves of 63-bit draws without their top bits; keep where $r_i \ge t$
-        n = x.numel()
-        halves = torch.empty((n + 1) // 2, dtype=torch.int64).random_().view(torch.int32)[:n]
-        keep = halves.bitwise_and_(0x7FFFFFFF).view(x.shape) >= round(self.p * 2 ** 31)
         # $\frac{m}{1 - p}$
-        mask = keep.to(x.dtype).mul_(1 / (1 - self.p))
+        mask = _keep(x.shape, self.p).to(x.dtype).mul_(1 / (1 - self.p))
         return x * mask
+
+
+def _keep(shape: torch.Size, p: float) -> torch.Tensor:
+    """$m$: True where an element is kept, with probability $1 - p$ (to within $2^{-32}$)."""
+    n = shape.numel()
+    # $r_i$ uniform on $[0, 2^{31})$: the halves of 63-bit draws without their top bits; keep where $r_i \ge t$
+    halves = torch.empty((n + 1) // 2, dtype=torch.int64).random_().view(torch.int32)[:n]
+    return halves.bitwise_and_(0x7FFFFFFF).view(shape) >= round(p * 2 ** 31)
+
+
+class _ReLUDropoutInPlace(torch.autograd.Function):
+    r"""$\mathop{dropout}(\max(0, h))$ written over `h`; backward from the output alone."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, p: float) -> torch.Tensor:
+        h.relu_().masked_fill_(~_keep(h.shape, p), 0).mul_(1 / (1 - p))
+        ctx.mark_dirty(h)
+        ctx.save_for_backward(h)
+        ctx.scale = 1 / (1 - p)
+        return h
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        out, = ctx.saved_tensors
+        # $\frac{1}{1-p}$ where the output is positive (kept and $h_i > 0$), else 0
+        return torch.ops.aten.threshold_backward(grad, out, 0).mul_(ctx.scale), None
+
+
+def relu_dropout_(h: torch.Tensor, dropout: Dropout) -> torch.Tensor:
+    """
+    `dropout(relu(h))` in place on `h`, which must be a fresh product that nothing else reads (a `Linear`'s output
+    qualifies: its backward does not read it). Where `dropout` would not draw its own mask, ReLU runs in place and
+    `dropout` as it is.
+
+    Shape:
+        any; returns `h`.
+    """
+    if not dropout.draws_own_mask(h):
+        return dropout(torch.relu_(h))
+    return _ReLUDropoutInPlace.apply(h, dropout.p)

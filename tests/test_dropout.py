@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from labml_txl.dropout import Dropout
+from labml_txl.dropout import Dropout, relu_dropout_
 from labml_txl.xl import MemTransformerLM
 
 from xl.helpers import small_config
@@ -69,6 +69,26 @@ def test_is_nn_dropout_where_it_does_not_draw_its_own_mask():
     assert torch.equal(ours(x), expected)
     # p = 1 drops everything
     assert torch.equal(Dropout(1.0).train()(x), torch.zeros_like(x))
+
+
+@pytest.mark.parametrize('fast', [True, False])
+def test_relu_dropout_in_place_equals_relu_then_dropout(fast):
+    """The fused feed-forward step gives the same output and gradient as its two modules, from the same seed."""
+    dropout = Dropout(0.2).train()
+    dropout.fast = fast
+    x = torch.randn(37, 3, 16, requires_grad=True)
+    weight = torch.randn(16, 16)
+    grad = torch.randn(37, 3, 16)
+    results = []
+    for step in (lambda h: relu_dropout_(h, dropout), lambda h: dropout(torch.relu(h))):
+        torch.manual_seed(5)
+        out = step(x @ weight)
+        (x_grad,) = torch.autograd.grad(out, x, grad)
+        results.append((out, x_grad))
+    (fused, fused_grad), (modules, modules_grad) = results
+    assert ('ReLUDropoutInPlace' in type(fused.grad_fn).__name__) == fast
+    assert torch.equal(fused, modules) and torch.equal(fused_grad, modules_grad)
+    assert 0 < (fused == 0).double().mean() < 1
 
 
 def test_refuses_a_probability_outside_zero_to_one():

@@ -38,7 +38,7 @@ def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def mean_loss_over_stream(model, iterator, max_steps: int = 0, columns: Optional[slice] = None) -> float:
-    """
+    r"""
     The mean loss per position over the segments of `iterator` (at most `max_steps` when positive), each segment
     continuing the memories of the one before, as the original evaluates: $\sum_s n_s \bar{\ell}_s / \sum_s n_s$
     for segments of $n_s$ positions and mean loss $\bar{\ell}_s$. `columns` restricts it to those batch columns.

@@ -482,6 +482,10 @@ class MemTransformerLM(nn.Module):
             beg_idx, end_idx = self._mem_bounds(qlen, mlen)
             new_mems = []
             for m, h in zip(mems, hids):
+                if self._fast and beg_idx >= mlen:
+                    # All of it from this segment (as when `mem_len <= tgt_len`): a view, no copy
+                    new_mems.append(h[beg_idx - mlen:end_idx - mlen].detach())
+                    continue
                 cat = h if mlen == 0 else torch.cat([m, h], dim=0)
                 new_mems.append(cat[beg_idx:end_idx].detach())
         return new_mems

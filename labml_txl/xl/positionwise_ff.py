@@ -11,7 +11,7 @@ The layers sit in `CoreNet` at indices 0 and 3, as in the original, so its check
 import torch
 from torch import nn
 
-from ..dropout import Dropout
+from ..dropout import Dropout, relu_dropout_
 
 
 class PositionwiseFF(nn.Module):
@@ -34,8 +34,8 @@ class PositionwiseFF(nn.Module):
         self.CoreNet = nn.Sequential(
             # $x W_1 + b_1$
             nn.Linear(d_model, d_inner),
-            # $\max(0, \cdot)$
-            nn.ReLU(),
+            # $\max(0, \cdot)$, in place on the fresh product (as the original)
+            nn.ReLU(inplace=True),
             Dropout(dropout),
             # $\cdot W_2 + b_2$
             nn.Linear(d_inner, d_model),
@@ -44,9 +44,15 @@ class PositionwiseFF(nn.Module):
         self.layer_norm = nn.LayerNorm(d_model)
         self.pre_lnorm = pre_lnorm
 
+    def _core(self, x: torch.Tensor) -> torch.Tensor:
+        """`CoreNet(x)`, with ReLU and the first dropout fused in place where that dropout draws its own mask
+        (`relu_dropout_`: the same numbers, no mask kept, no tensor allocated)."""
+        linear_1, _, dropout_1, linear_2, dropout_2 = self.CoreNet
+        return dropout_2(linear_2(relu_dropout_(linear_1(x), dropout_1)))
+
     def forward(self, inp: torch.Tensor) -> torch.Tensor:
         if self.pre_lnorm:
             # $x + FFN(\mathop{LN}(x))$
-            return inp + self.CoreNet(self.layer_norm(inp))
+            return inp + self._core(self.layer_norm(inp))
         # $\mathop{LN}(x + FFN(x))$
-        return self.layer_norm(inp + self.CoreNet(inp))
+        return self.layer_norm(inp + self._core(inp))
