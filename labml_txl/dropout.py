@@ -76,7 +76,7 @@ class _ReLUDropoutInPlace(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, p: float) -> torch.Tensor:
-        h.relu_().masked_fill_(~_keep(h.shape, p), 0).mul_(1 / (1 - p))
+        h.relu_().mul_(_keep(h.shape, p)).mul_(1 / (1 - p))
         ctx.mark_dirty(h)
         ctx.save_for_backward(h)
         ctx.scale = 1 / (1 - p)

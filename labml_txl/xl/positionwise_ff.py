@@ -48,7 +48,10 @@ class PositionwiseFF(nn.Module):
         """`CoreNet(x)`, with ReLU and the first dropout fused in place where that dropout draws its own mask
         (`relu_dropout_`: the same numbers, no mask kept, no tensor allocated)."""
         linear_1, _, dropout_1, linear_2, dropout_2 = self.CoreNet
-        return dropout_2(linear_2(relu_dropout_(linear_1(x), dropout_1)))
+        # On `[seq * batch, d]`: the product is then a tensor of its own, not a view, so the in-place step needs no
+        # copy in autograd's backward
+        h = relu_dropout_(linear_1(x.reshape(-1, x.shape[-1])), dropout_1)
+        return dropout_2(linear_2(h)).view(x.shape[:-1] + (-1,))
 
     def forward(self, inp: torch.Tensor) -> torch.Tensor:
         if self.pre_lnorm:
