@@ -1,7 +1,7 @@
 r"""
 # Transformer-XL speed on the CPU: fast paths against the plain path and labml_nn, in one process
 
-    python experiments/benchmark.py            # the full table (about 10 minutes on 2 cores)
+    python experiments/benchmark.py            # the full table (about 90 seconds on 2 cores)
     python experiments/benchmark.py --quick    # a smoke run on tiny sizes
 
 Every number is a ratio of medians of runs interleaved in this process (round robin: one call of each contender
@@ -9,6 +9,8 @@ per round), so a load that comes and goes slows all contenders alike. Rows:
 
 * training and evaluation tokens/s of `MemTransformerLM` (fast, and fast under `torch.compile`) against
   labml_nn's `TransformerXL` and this package's plain path (`model.fast = False`, the original's computation);
+* the tokens/s of the products of a fast evaluation segment alone (`products_runner`), which bounds what any
+  evaluation with those products can reach on the machine;
 * the achieved matmul FLOP/s of a training step (FLOPs counted analytically, backward = 2x forward) as a
   fraction of the float32 matmul FLOP/s of this machine (a 2048^3 `torch.mm`, interleaved with the steps);
 * evaluation per token of Transformer-XL with a memory against a vanilla Transformer that recomputes a window
