@@ -371,9 +371,9 @@ def relative_attention_weights_heads(q: torch.Tensor, k: torch.Tensor, r: torch.
     head-major: `masked_softmax_heads` of `relative_attention_scores_heads`.
 
     A decoder's table (distances down to 0, `rlen <= klen + 1` counting `pad_table`'s entry) outside autocast
-    takes `_DecoderRelativeWeights`,
-    the same computation with a hand-written backward (about a third less time for scores and softmax, forward
-    and backward, on the benchmark's sizes); an encoder's table or autocast the composite.
+    takes `_DecoderRelativeWeights`, the same computation with a hand-written backward (about 30% less time for
+    scores and softmax, forward and backward, on the benchmark's sizes); an encoder's table, or autocast, the
+    composite.
 
     Shape:
         `q`, `k`, `r`, `u`, `v`, `r_bias` as `relative_attention_scores_heads`; `masked` True where masked, as

@@ -63,9 +63,9 @@ def test_head_major_scores_equal_the_einsums(bidirectional):
     torch.testing.assert_close(fast[..., keep], 0.5 * expected[..., keep], atol=1e-5, rtol=1e-5)
 
 
-def _weights_inputs(qlen=4, klen=7, batch=2, heads=3, d=5, with_v=True, with_bias=False, requires_grad=True):
+def _weights_inputs(qlen=4, klen=7, batch=2, heads=3, d=5, with_v=True, with_bias=False):
     torch.manual_seed(0)
-    make = lambda *shape: torch.randn(*shape, dtype=torch.float64, requires_grad=requires_grad)  # noqa: E731
+    make = lambda *shape: torch.randn(*shape, dtype=torch.float64, requires_grad=True)  # noqa: E731
     return (make(batch, heads, qlen, d), make(batch, heads, klen, d), make(heads, klen, d), make(heads, d),
             make(heads, d) if with_v else None, make(heads, klen) if with_bias else None)
 
@@ -81,10 +81,10 @@ def _first_row_masked(mask):
 
 
 MASKS = {
-    'none': lambda q, k, b: None,
-    'causal': lambda q, k, b: torch.ones(q, k, dtype=torch.bool).triu(k - q + 1),
+    'none': lambda q, k: None,
+    'causal': lambda q, k: torch.ones(q, k, dtype=torch.bool).triu(k - q + 1),
     # Per batch element (`[batch, 1, qlen, klen]`), with one row of the second element fully masked
-    'per-batch': lambda q, k, b: torch.stack([torch.ones(q, k, dtype=torch.bool).triu(k - q + 1),
+    'per-batch': lambda q, k: torch.stack([torch.ones(q, k, dtype=torch.bool).triu(k - q + 1),
                                               _first_row_masked(torch.ones(q, k, dtype=torch.bool).triu(1))])[:, None],
 }
 
@@ -94,7 +94,7 @@ MASKS = {
 def test_decoder_weights_with_their_own_backward_equal_the_composite(mask, with_v, with_bias):
     """`relative_attention_weights_heads` (hand-written backward) against autograd through the composite."""
     q, k, r, u, v, r_bias = _weights_inputs(with_v=with_v, with_bias=with_bias)
-    masked = MASKS[mask](4, 7, 2)
+    masked = MASKS[mask](4, 7)
     inputs = [t for t in (q, k, r, u, v, r_bias) if t is not None]
     grad = torch.randn(2, 3, 4, 7, dtype=torch.float64)
     fused = relative_attention_weights_heads(q, k, r, u, v, masked, 0.3, r_bias=r_bias)
@@ -112,7 +112,7 @@ def test_decoder_weights_with_their_own_backward_equal_the_composite(mask, with_
 
 def test_decoder_weights_pass_gradcheck():
     q, k, r, u, v, r_bias = _weights_inputs(qlen=3, klen=5, batch=2, heads=2, d=3, with_bias=True)
-    masked = MASKS['causal'](3, 5, 2)
+    masked = MASKS['causal'](3, 5)
     torch.autograd.gradcheck(lambda *t: relative_attention_weights_heads(*t[:5], masked, 0.7, r_bias=t[5]),
                              (q, k, r, u, v, r_bias))
 

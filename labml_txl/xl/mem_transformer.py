@@ -114,8 +114,8 @@ class MemTransformerLM(nn.Module):
             values kept from the segment before in no-grad evaluation, dropout masks from 31-bit integers on the
             CPU (`labml_txl/dropout.py`, `docs/performance.md`). `model.fast = False` runs the original's
             computation; without dropout the two agree to float rounding (with it they draw different masks from
-            the same seed). An attribute, not a constructor
-            keyword: it chooses how to compute, not what, so configs and checkpoints do not carry it.
+            the same seed). An attribute, not a constructor keyword: it chooses how to compute, not what, so
+            configs and checkpoints do not carry it.
 
     Shape:
         `data` `[qlen, bsz]` token ids; `target` `[tgt_len, bsz]` with `tgt_len <= qlen` (the last `tgt_len`

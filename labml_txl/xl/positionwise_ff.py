@@ -45,8 +45,9 @@ class PositionwiseFF(nn.Module):
         self.pre_lnorm = pre_lnorm
 
     def _core(self, x: torch.Tensor) -> torch.Tensor:
-        """`CoreNet(x)`, with ReLU and the first dropout fused in place where that dropout draws its own mask
-        (`relu_dropout_`: the same numbers, no mask kept, no tensor allocated)."""
+        """`CoreNet(x)`, with its ReLU (index 1, kept there so that the `Linear`s stay at 0 and 3) and first dropout
+        applied together by `relu_dropout_`: the same numbers, in place, with no mask kept where that dropout draws
+        its own."""
         linear_1, _, dropout_1, linear_2, dropout_2 = self.CoreNet
         # On `[seq * batch, d]`: the product is then a tensor of its own, not a view, so the in-place step needs no
         # copy in autograd's backward
