@@ -76,10 +76,12 @@ class _ReLUDropoutInPlace(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, p: float) -> torch.Tensor:
-        h.relu_().mul_(_keep(h.shape, p)).mul_(1 / (1 - p))
+        # $\frac{1}{1-p}$ rounded to `h`'s dtype first, as `Dropout`'s mask (and `nn.Dropout`'s) holds it
+        scale = torch.tensor(1 / (1 - p), dtype=h.dtype).item()
+        h.relu_().mul_(_keep(h.shape, p)).mul_(scale)
         ctx.mark_dirty(h)
         ctx.save_for_backward(h)
-        ctx.scale = 1 / (1 - p)
+        ctx.scale = scale
         return h
 
     @staticmethod

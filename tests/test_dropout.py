@@ -71,14 +71,15 @@ def test_is_nn_dropout_where_it_does_not_draw_its_own_mask():
     assert torch.equal(Dropout(1.0).train()(x), torch.zeros_like(x))
 
 
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize('fast', [True, False])
-def test_relu_dropout_in_place_equals_relu_then_dropout(fast):
+def test_relu_dropout_in_place_equals_relu_then_dropout(fast, dtype):
     """The fused feed-forward step gives the same output and gradient as its two modules, from the same seed."""
-    dropout = Dropout(0.2).train()
+    dropout = Dropout(0.1).train()
     dropout.fast = fast
-    x = torch.randn(37, 3, 16, requires_grad=True)
-    weight = torch.randn(16, 16)
-    grad = torch.randn(37, 3, 16)
+    x = torch.randn(37, 3, 16, dtype=dtype, requires_grad=True)
+    weight = torch.randn(16, 16, dtype=dtype)
+    grad = torch.randn(37, 3, 16, dtype=dtype)
     results = []
     for step in (lambda h: relu_dropout_(h, dropout), lambda h: dropout(torch.relu(h))):
         torch.manual_seed(5)
