@@ -16,6 +16,7 @@ which with $f = \sigma$ is GLU, identity is Bilinear, ReLU ReGLU, GELU GEGLU and
 import torch
 from torch import nn
 
+from .dropout import Dropout
 from .errors import require_positive_int
 
 
@@ -52,7 +53,7 @@ class FeedForward(nn.Module):
         self.layer1 = nn.Linear(d_model, d_ff, bias=bias1)
         # $W_2, b_2$
         self.layer2 = nn.Linear(d_ff, d_model, bias=bias2)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.activation = activation
         self.is_gated = is_gated
         if is_gated:

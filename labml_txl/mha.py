@@ -20,6 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .attention_mask import check_mask, to_batch_head_mask
+from .dropout import Dropout
 from .errors import require_positive_int
 
 
@@ -61,7 +62,7 @@ class MultiHeadAttention(nn.Module):
         self.value = nn.Linear(d_model, d_model, bias=bias)
         self.output = nn.Linear(d_model, d_model, bias=bias)
         self.dropout_prob = dropout_prob
-        self.dropout = nn.Dropout(dropout_prob)
+        self.dropout = Dropout(dropout_prob)
         # $\frac{1}{\sqrt{d_k}}$
         self.scale = 1 / math.sqrt(self.d_k)
         # Set to False to take the explicit path even when weights are not asked for

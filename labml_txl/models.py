@@ -15,6 +15,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from .dropout import Dropout
 from .errors import require_positive_int
 from .positional_encoding import get_positional_encoding
 
@@ -105,7 +106,7 @@ class TransformerLayer(nn.Module):
         self.self_attn = self_attn
         self.src_attn = src_attn
         self.feed_forward = feed_forward
-        self.dropout = nn.Dropout(dropout_prob)
+        self.dropout = Dropout(dropout_prob)
         self.norm_first = norm_first
         self.norm_self_attn = nn.LayerNorm([d_model], eps=layer_norm_eps)
         if src_attn is not None:

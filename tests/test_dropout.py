@@ -105,3 +105,13 @@ def test_the_model_switches_its_dropouts_with_fast():
     assert all(m.fast for m in dropouts)
     model.fast = False
     assert not any(m.fast for m in dropouts)
+
+
+def test_the_vanilla_parts_draw_the_cheaper_masks_too():
+    from labml_txl.feed_forward import FeedForward
+    from labml_txl.mha import MultiHeadAttention
+    from labml_txl.models import TransformerLayer
+    layer = TransformerLayer(d_model=16, self_attn=MultiHeadAttention(2, 16, dropout_prob=0.1),
+                             src_attn=None, feed_forward=FeedForward(16, 32, dropout=0.1), dropout_prob=0.1)
+    dropouts = [m for m in layer.modules() if isinstance(m, nn.Dropout)]
+    assert len(dropouts) == 3 and all(isinstance(m, Dropout) and m.fast for m in dropouts)
