@@ -73,6 +73,23 @@ def test_optimizers_lower_the_training_loss(optimizer, kind, tmp_path, monkeypat
     assert last < first - 0.5
 
 
+def test_adam_is_fused_and_steps_as_plain_adam_does(tmp_path, monkeypatch):
+    trainer = make_trainer(tmp_path, monkeypatch, optimizer='adam', lr=0.01)
+    assert trainer.optimizer.defaults['fused']
+    params = list(trainer.model.parameters())
+    twins = [p.detach().clone().requires_grad_() for p in params]
+    plain = torch.optim.Adam(twins, lr=0.01)
+    torch.manual_seed(0)
+    for _ in range(3):
+        for p, twin in zip(params, twins):
+            p.grad = torch.randn_like(p)
+            twin.grad = p.grad.clone()
+        trainer.optimizer.step()
+        plain.step()
+    for p, twin in zip(params, twins):
+        torch.testing.assert_close(p, twin, rtol=1e-6, atol=1e-7)
+
+
 def test_fp16_on_the_cpu_is_refused(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"precision='fp16' is not accepted on device cpu.*use 'bf16'"):
         make_trainer(tmp_path, monkeypatch, precision='fp16', device='cpu')
