@@ -10,14 +10,14 @@ STAMP := $(VENV)/.installed
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# torch==2.13.0 is a CPU build on this project's machines; setup.py's range accepts any torch >= 2.1.
+# torch==2.13.0 is a CPU build on this project's machines; setup.py's range accepts any torch >= 2.4.
 # labml-nn (the peer for the drop-in tests) is installed without its declared torchvision/torchtext/fairscale,
 # which would pull a multi-GB CUDA build of torch; its transformer modules need only torch and labml.
 # The dashboard's browser libraries: d3 v6 from the npm registry (package.json), Bootstrap and Font Awesome from
 # PyPI's xstatic packages; the page falls back to public CDNs for any that is missing.
 $(STAMP): setup.py package.json package-lock.json | $(PY)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet 'torch==2.13.0' || $(PIP) install --quiet 'torch>=2.1'
+	$(PIP) install --quiet 'torch==2.13.0' || $(PIP) install --quiet 'torch>=2.4'
 	$(PIP) install --quiet -e '.[test,dashboard]'
 	$(PIP) install --quiet --no-deps 'labml-nn==0.5.1'
 	printf 'setuptools<81\n' > $(VENV)/build-constraints.txt

@@ -310,6 +310,7 @@ class _DecoderRelativeWeights(torch.autograd.Function):
       \sum_{b, i} dP$.
 
     The same numbers as the composite: the same products in the same order (tested equal, and by `gradcheck`).
+    Scores in bf16 or fp16 (autocast) get their softmax and its backward in float32, as the composite's.
     Inputs: `q_u`, `q_v` `[batch, heads, qlen, d]`, `k` `[batch, heads, klen, d]`, `r` `[heads, klen + 1, d]`
     (padded, `pad_table`), `r_bias` `[heads, klen + 1]` or None, `masked` True where masked (broadcasting to
     `[batch * heads, qlen, klen]`) or None.
@@ -330,12 +331,13 @@ class _DecoderRelativeWeights(torch.autograd.Function):
                               beta=scale, alpha=scale)
         if masked is not None:
             score.masked_fill_(masked, torch.finfo(score.dtype).min)
-        weights = torch.softmax(score, dim=-1)
+        # In float32 for bf16 and fp16 scores, as `masked_softmax_heads`
+        weights = torch.softmax(score.float() if score.dtype in (torch.float16, torch.bfloat16) else score, dim=-1)
         if masked is not None and zero_masked_rows:
             weights.masked_fill_(masked, 0.0)
         ctx.save_for_backward(q_u, k, q_v, r, weights)
         ctx.scale, ctx.has_r_bias = scale, r_bias is not None
-        return weights.view(batch, heads, qlen, klen)
+        return weights.to(score.dtype).view(batch, heads, qlen, klen)
 
     @staticmethod
     def backward(ctx, grad_weights):
@@ -344,11 +346,12 @@ class _DecoderRelativeWeights(torch.autograd.Function):
         klen, rlen = k.shape[-2], r.shape[-2]
         scale = ctx.scale
         # $dP$, `[batch * heads, qlen * (klen + 1)]`: the $q$ entries outside the shifted run get no gradient
-        grad_position = torch.empty(batch * heads, qlen * rlen, dtype=weights.dtype, device=weights.device)
+        grad_position = torch.empty(batch * heads, qlen * rlen, dtype=q_u.dtype, device=q_u.device)
         grad_position[:, :qlen - 1].zero_()
         grad_position[:, qlen - 1 + qlen * klen:].zero_()
-        # $dS = W \odot (dW - \sum_j W\, dW)$, also written into the shifted run of $dP$
-        grad_score = torch._softmax_backward_data(grad_weights.reshape(-1, qlen, klen), weights, -1, weights.dtype)
+        # $dS = W \odot (dW - \sum_j W\, dW)$ in the softmax's precision, also written into the shifted run of $dP$
+        grad_score = torch._softmax_backward_data(grad_weights.reshape(-1, qlen, klen).to(weights.dtype), weights, -1,
+                                                  weights.dtype).to(q_u.dtype)
         grad_position.narrow(1, qlen - 1, qlen * klen).view(-1, qlen, klen).copy_(grad_score)
         # $d(Q + u) = \mathit{scale}\, dS\, K$ and $dK = \mathit{scale}\, dS^\top (Q + u)$
         grad_q_u = torch.bmm(grad_score, k.reshape(-1, klen, d)).mul_(scale).view(q_u.shape)
@@ -370,27 +373,33 @@ def relative_attention_weights_heads(q: torch.Tensor, k: torch.Tensor, r: torch.
     The attention weights $\mathop{softmax}_j(\mathit{scale} \cdot A^{rel}_{i,j})$ with `masked` keys left out,
     head-major: `masked_softmax_heads` of `relative_attention_scores_heads`.
 
-    A decoder's table (distances down to 0, `rlen <= klen + 1` counting `pad_table`'s entry) outside autocast
-    takes `_DecoderRelativeWeights`, the same computation with a hand-written backward (about 30% less time for
-    scores and softmax, forward and backward, on the benchmark's sizes); an encoder's table, or autocast, the
-    composite.
+    A decoder's table (distances down to 0, `rlen <= klen + 1` counting `pad_table`'s entry) takes
+    `_DecoderRelativeWeights`, the same computation with a hand-written backward (about 30% less time for scores
+    and softmax, forward and backward, on the benchmark's sizes); under autocast its products run in autocast's
+    dtype and its softmax in float32, as the composite's. An encoder's table takes the composite.
 
     Shape:
         `q`, `k`, `r`, `u`, `v`, `r_bias` as `relative_attention_scores_heads`; `masked` True where masked, as
         `masked_softmax_heads` takes it (`heads_mask`). Returns `[batch, heads, qlen, klen]`.
     """
     klen = k.shape[-2]
-    if r.shape[-2] <= klen + 1 and not torch.is_autocast_enabled(q.device.type):
-        q_u = q if u is None else q + u[:, None]
-        q_v = q if v is None else q + v[:, None]
-        padded_bias = None if r_bias is None else pad_table(r_bias[..., None], klen)[..., 0]
-        if masked is not None and masked.dim() == 4:
-            # `[batch or 1, 1, qlen, klen]` to the `[batch * heads, qlen, klen]` of the scores
-            masked = masked.expand(q.shape[0], q.shape[1], -1, -1).reshape(-1, *masked.shape[2:])
-        return _DecoderRelativeWeights.apply(q_u, k, q_v, pad_table(r, klen), padded_bias, masked, scale,
-                                             zero_masked_rows)
-    score = relative_attention_scores_heads(q, k, r, u, v, r_bias=r_bias, scale=scale)
-    return masked_softmax_heads(score, masked, zero_masked_rows, inplace=True)
+    if r.shape[-2] > klen + 1:
+        score = relative_attention_scores_heads(q, k, r, u, v, r_bias=r_bias, scale=scale)
+        return masked_softmax_heads(score, masked, zero_masked_rows, inplace=True)
+    q_u = q if u is None else q + u[:, None]
+    q_v = q if v is None else q + v[:, None]
+    padded_bias = None if r_bias is None else pad_table(r_bias[..., None], klen)[..., 0]
+    inputs = [q_u, k, q_v, pad_table(r, klen), padded_bias]
+    device_type = q.device.type
+    if torch.is_autocast_enabled(device_type):
+        # The products in autocast's dtype, as autocast runs them in the composite; the softmax in float32
+        dtype = torch.get_autocast_dtype(device_type)
+        inputs = [None if t is None else t.to(dtype) for t in inputs]
+    if masked is not None and masked.dim() == 4:
+        # `[batch or 1, 1, qlen, klen]` to the `[batch * heads, qlen, klen]` of the scores
+        masked = masked.expand(q.shape[0], q.shape[1], -1, -1).reshape(-1, *masked.shape[2:])
+    with torch.autocast(device_type, enabled=False):
+        return _DecoderRelativeWeights.apply(*inputs, masked, scale, zero_masked_rows)
 
 
 def relative_attention_sdpa(q: torch.Tensor, k: torch.Tensor, v_heads: torch.Tensor, r: torch.Tensor,

@@ -110,6 +110,27 @@ def test_decoder_weights_with_their_own_backward_equal_the_composite(mask, with_
         assert torch.equal(fused[1, :, 0], torch.zeros_like(fused[1, :, 0]))
 
 
+def test_decoder_weights_under_bf16_autocast_equal_the_composite():
+    """Under autocast the products run in bf16 and the softmax in float32, in both."""
+    q, k, r, u, v, _ = (None if t is None else t.detach().float().requires_grad_() for t in _weights_inputs())
+    masked = MASKS['causal'](4, 7)
+    grad = torch.randn(2, 3, 4, 7).bfloat16()
+    results = []
+    for weights_of in ('fused', 'composite'):
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            if weights_of == 'fused':
+                weights = relative_attention_weights_heads(q, k, r, u, v, masked, 0.3)
+                assert type(weights.grad_fn).__name__ == '_DecoderRelativeWeightsBackward'
+            else:
+                weights = _composite_weights(q, k, r, u, v, None, masked, 0.3)
+        results.append((weights, torch.autograd.grad(weights, (q, k, r, u, v), grad)))
+    (fused, fused_grads), (composite, composite_grads) = results
+    assert fused.dtype == composite.dtype == torch.bfloat16
+    assert torch.equal(fused, composite)
+    for a, b in zip(fused_grads, composite_grads):
+        torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2)
+
+
 def test_decoder_weights_pass_gradcheck():
     q, k, r, u, v, r_bias = _weights_inputs(qlen=3, klen=5, batch=2, heads=2, d=3, with_bias=True)
     masked = MASKS['causal'](3, 5)

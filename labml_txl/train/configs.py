@@ -89,7 +89,7 @@ def _adam(c: TrainXLConfigs):
     try:
         return torch.optim.Adam(parameters, lr=c.lr, fused=True)
     except RuntimeError:
-        # torch < 2.4 on the CPU, or a device without a fused Adam
+        # A device without a fused Adam in this torch
         return torch.optim.Adam(parameters, lr=c.lr)
 
 
