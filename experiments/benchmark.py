@@ -39,6 +39,7 @@ from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from labml_txl.train.configs import fused_adam  # noqa: E402
 from labml_txl.xl import MemTransformerLM  # noqa: E402
 
 # Compile in this process: no pool of compile workers left running beside the timed rounds
@@ -124,13 +125,14 @@ class LabmlNNXL(nn.Module):
 
 class Stream:
     """One contender reading consecutive segments with its memories: each call is one training step (forward,
-    backward, Adam) or one evaluation segment (no gradient)."""
+    backward, the trainer's Adam) or one evaluation segment (no gradient)."""
 
     def __init__(self, model: nn.Module, cfg: BenchConfig, train: bool, autocast: Optional[torch.dtype] = None,
                  call: Optional[Callable] = None, seed: int = 1):
         self.model, self.cfg, self.train, self.autocast = model, cfg, train, autocast
         self.call = model if call is None else call
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=1e-4) if train else None
+        # The trainer's Adam (`labml_txl.train.configs.fused_adam`), the same for every contender
+        self.optimizer = fused_adam(model.parameters(), lr=1e-4) if train else None
         generator = torch.Generator().manual_seed(seed)
         self.data = torch.randint(cfg.n_token, (cfg.tgt_len * 8 + 1, cfg.batch), generator=generator)
         self.position, self.mems = 0, []
