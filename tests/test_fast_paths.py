@@ -186,13 +186,16 @@ def test_fast_model_equals_plain_model_in_float32(overrides, grad):
         torch.testing.assert_close(fg[name], pg[name], atol=1e-5, rtol=1e-4, msg=lambda m: f'{name}: {m}')
 
 
-@pytest.mark.parametrize('path', [p for p in reference_files() if p is not None][:13], ids=lambda p: p.stem)
-def test_fast_no_grad_path_matches_the_reference_losses(path):
-    """The evaluation path (SDPA with the positions as a bias) against the original's float64 losses."""
+REFERENCE_FILES = [p for p in reference_files() if p is not None][:13]
+
+
+def _reference_segment_losses(path, dtype):
+    """`(our loss, the reference segment)` for every segment of a reference file, evaluated without gradients in
+    `dtype` on the fast path (under whatever autocast the caller has on)."""
     ref = torch.load(path, weights_only=True)
     model = MemTransformerLM(**ref['config']['model'])
     model.load_state_dict(ref['state_dict'], strict=True)
-    model = model.double().eval()
+    model = model.to(dtype).eval()
     data, mems = ref['data'], []
     with torch.no_grad():
         for (tgt_len, mem_len, ext_len), seg in zip(ref['config']['segments'], ref['segments']):
@@ -200,7 +203,14 @@ def test_fast_no_grad_path_matches_the_reference_losses(path):
             start = seg['start']
             loss, *mems = model(data[max(0, start - ext_len): start + tgt_len],
                                 data[start + 1: start + 1 + tgt_len], *mems)
-            torch.testing.assert_close(loss, seg['loss'], atol=1e-7, rtol=1e-7)
+            yield loss, seg
+
+
+@pytest.mark.parametrize('path', REFERENCE_FILES, ids=lambda p: p.stem)
+def test_fast_no_grad_path_matches_the_reference_losses(path):
+    """The evaluation path (SDPA with the positions as a bias) against the original's float64 losses."""
+    for loss, seg in _reference_segment_losses(path, torch.float64):
+        torch.testing.assert_close(loss, seg['loss'], atol=1e-7, rtol=1e-7)
 
 
 def test_switching_fast_off_and_on_gives_the_same_numbers():
@@ -312,19 +322,10 @@ def test_generation_computes_only_the_new_position_each_step():
 
 # -- bf16 autocast --
 
-@pytest.mark.parametrize('path', [p for p in reference_files() if p is not None][:13], ids=lambda p: p.stem)
+@pytest.mark.parametrize('path', REFERENCE_FILES, ids=lambda p: p.stem)
 def test_bf16_autocast_keeps_the_reference_mean_losses(path):
-    ref = torch.load(path, weights_only=True)
-    model = MemTransformerLM(**ref['config']['model'])
-    model.load_state_dict(ref['state_dict'], strict=True)
-    model = model.float().eval()
-    data, mems = ref['data'], []
-    with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
-        for (tgt_len, mem_len, ext_len), seg in zip(ref['config']['segments'], ref['segments']):
-            model.reset_length(tgt_len, ext_len, mem_len)
-            start = seg['start']
-            loss, *mems = model(data[max(0, start - ext_len): start + tgt_len],
-                                data[start + 1: start + 1 + tgt_len], *mems)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        for loss, seg in _reference_segment_losses(path, torch.float32):
             assert abs(loss.float().mean().item() - seg['loss'].mean().item()) < 1e-2
 
 
