@@ -15,3 +15,21 @@ def labml_experiment(tmp_path, monkeypatch):
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def count_calls(monkeypatch):
+    """`count_calls(module, names)`: wraps each named attribute of `module` so that its calls are counted in the
+    returned dict, by name (the originals still run)."""
+    def wrap(module, names):
+        counts = {}
+        for name in names:
+            original = getattr(module, name)
+
+            def counting(*args, _name=name, _original=original, **kwargs):
+                counts[_name] = counts.get(_name, 0) + 1
+                return _original(*args, **kwargs)
+
+            monkeypatch.setattr(module, name, counting)
+        return counts
+    return wrap

@@ -22,19 +22,11 @@ class AutoregressiveConfigs(BaseConfigs):
 
 
 @pytest.fixture
-def construction_counts(monkeypatch):
+def construction_counts(count_calls):
     """Count constructions of each module class that TransformerConfigs can build."""
-    counts = {}
-    for name in ('Encoder', 'Decoder', 'Generator', 'EncoderDecoder', 'EmbeddingsWithPositionalEncoding',
-                 'MultiHeadAttention', 'TransformerLayer', 'FeedForward'):
-        original = getattr(configs_module, name)
-
-        def counting(*args, _original=original, _name=name, **kwargs):
-            counts[_name] = counts.get(_name, 0) + 1
-            return _original(*args, **kwargs)
-
-        monkeypatch.setattr(configs_module, name, counting)
-    return counts
+    return count_calls(configs_module, ('Encoder', 'Decoder', 'Generator', 'EncoderDecoder',
+                                        'EmbeddingsWithPositionalEncoding', 'MultiHeadAttention', 'TransformerLayer',
+                                        'FeedForward'))
 
 
 def test_only_the_modules_used_are_built(labml_experiment, construction_counts):

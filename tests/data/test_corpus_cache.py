@@ -9,18 +9,9 @@ from labml_txl.data import get_corpus, tokenization
 
 
 @pytest.fixture
-def calls(monkeypatch):
+def calls(count_calls):
     """Counts the calls of every tokenizer the corpora use."""
-    counts = {}
-    for name in ('tokenize_line', 'tokenize_chars', 'tokenize_bytes'):
-        original = getattr(tokenization, name)
-
-        def counting(*args, _name=name, _original=original, **kwargs):
-            counts[_name] = counts.get(_name, 0) + 1
-            return _original(*args, **kwargs)
-
-        monkeypatch.setattr(tokenization, name, counting)
-    return counts
+    return count_calls(tokenization, ('tokenize_line', 'tokenize_chars', 'tokenize_bytes'))
 
 
 def write_wikitext(folder, seed=0):
