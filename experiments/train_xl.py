@@ -22,7 +22,7 @@ from labml.internal.experiment import experiment_singleton
 
 from labml_txl.cli import parse_overrides, run_script
 from labml_txl.train.configs import TrainXLConfigs, device_of_name
-from labml_txl.train.distributed import from_environment
+from labml_txl.train.distributed import run_in_environment
 from labml_txl.train.runs import (clear_stale_pid, find_run, latest_checkpoint_of_run, load_overrides,
                                   save_overrides)
 from labml_txl.train.trainer import Trainer, quality
@@ -31,41 +31,43 @@ from labml_txl.train.trainer import Trainer, quality
 def train(overrides: Dict[str, Any], resume: Optional[str] = None, name: str = 'train_xl',
           writers=None) -> Trainer:
     """Train (or resume run `resume`) with `overrides`; returns the trainer after the run.
-    Under `torchrun`, every process calls this; rank 0 writes the checkpoints and reports to labml."""
+    Under `torchrun`, every process calls this; rank 0 writes the checkpoints and reports to labml, and every
+    process leaves the process group when its run ends."""
     if resume is not None:
         run_path = find_run(resume)
         overrides = {**load_overrides(run_path), **overrides}
         name = run_path.parent.name
     device = device_of_name(overrides.get('device', 'auto'))
-    distributed = from_environment(device)
-    if distributed is None:
-        run_uuid, labml_rank = resume, {}
-    else:
-        # One run UUID for all ranks, chosen by rank 0; labml is told each process's rank
-        run_uuid = distributed.broadcast(resume or experiment.generate_uuid())
-        labml_rank = {'distributed_rank': distributed.rank, 'distributed_world_size': distributed.world_size}
-        if device.type == 'cuda':
-            device = torch.device('cuda', distributed.local_rank)
-        if not distributed.is_main:
-            writers = set()
-    if resume is not None:
-        clear_stale_pid(run_path.parent / (run_path.name if distributed is None else f'{resume}.{distributed.rank}'))
-    conf = TrainXLConfigs()
-    experiment.create(name=name, uuid=run_uuid, writers=writers, **labml_rank)
-    experiment.configs(conf, overrides)
-    run = experiment_singleton().run
-    # Rank 0's folder holds the overrides and the checkpoints
-    main_path = run.run_path if distributed is None else run.experiment_path / f'{run.uuid}.0'
-    checkpoint_dir = main_path / 'checkpoints'
-    if distributed is None or distributed.is_main:
-        save_overrides(main_path, overrides)
-    trainer = Trainer(conf, checkpoint_dir=checkpoint_dir, distributed=distributed, device=device)
-    if resume is not None:
-        step, state = latest_checkpoint_of_run(checkpoint_dir, resume)
-        trainer.load_state_dict(state, source=str(checkpoint_dir / str(step)))
-        logger.log(f'Resuming run {resume} from step {step}')
-    with experiment.start(global_step=trainer.step):
-        valid = trainer.run()
+    with run_in_environment(device) as distributed:
+        if distributed is None:
+            run_uuid, labml_rank = resume, {}
+        else:
+            # One run UUID for all ranks, chosen by rank 0; labml is told each process's rank
+            run_uuid = distributed.broadcast(resume or experiment.generate_uuid())
+            labml_rank = {'distributed_rank': distributed.rank, 'distributed_world_size': distributed.world_size}
+            if device.type == 'cuda':
+                device = torch.device('cuda', distributed.local_rank)
+            if not distributed.is_main:
+                writers = set()
+        if resume is not None:
+            rank_folder = run_path.name if distributed is None else f'{resume}.{distributed.rank}'
+            clear_stale_pid(run_path.parent / rank_folder)
+        conf = TrainXLConfigs()
+        experiment.create(name=name, uuid=run_uuid, writers=writers, **labml_rank)
+        experiment.configs(conf, overrides)
+        run = experiment_singleton().run
+        # Rank 0's folder holds the overrides and the checkpoints
+        main_path = run.run_path if distributed is None else run.experiment_path / f'{run.uuid}.0'
+        checkpoint_dir = main_path / 'checkpoints'
+        if distributed is None or distributed.is_main:
+            save_overrides(main_path, overrides)
+        trainer = Trainer(conf, checkpoint_dir=checkpoint_dir, distributed=distributed, device=device)
+        if resume is not None:
+            step, state = latest_checkpoint_of_run(checkpoint_dir, resume)
+            trainer.load_state_dict(state, source=str(checkpoint_dir / str(step)))
+            logger.log(f'Resuming run {resume} from step {step}')
+        with experiment.start(global_step=trainer.step):
+            valid = trainer.run()
     if valid is not None:
         measure = ', '.join(f'{k} {v:.3f}' for k, v in quality(valid, conf.corpus.level).items())
         logger.log(f'Validation after {trainer.step} steps: loss {valid:.4f}, {measure}')

@@ -11,9 +11,10 @@ The backend is gloo on the CPU and NCCL on CUDA. Only rank 0 writes checkpoints 
 checkpoints hold the memories of all columns (gathered from the ranks), so a run can resume on any number of
 ranks that divides the batch.
 """
+import contextlib
 import os
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -25,6 +26,8 @@ class DistributedContext:
     rank: int
     world_size: int
     local_rank: int
+    #: whether `from_environment` joined the process group (and so `close` leaves it)
+    owns_group: bool = False
 
     @property
     def is_main(self) -> bool:
@@ -52,6 +55,19 @@ class DistributedContext:
         dist.all_reduce(t)
         return t.tolist()
 
+    def close(self, completed: bool = True) -> None:
+        """Leave the process group this context joined; after a `completed` run, first wait for every rank.
+
+        Gloo's worker threads must be stopped before the interpreter exits: a process that exits with the group
+        still open can abort at exit ("terminate called without an active exception"), failing the launch after
+        training succeeded. After an error no rank waits for the others, which may never arrive."""
+        if not self.owns_group or not dist.is_initialized():
+            return
+        if completed:
+            dist.barrier()
+        dist.destroy_process_group()
+        self.owns_group = False
+
     def broadcast(self, value):
         """Rank 0's `value` on every rank."""
         holder = [value]
@@ -65,9 +81,23 @@ def from_environment(device: torch.device) -> Optional[DistributedContext]:
     if world_size <= 1:
         return None
     rank, local_rank = int(os.environ['RANK']), int(os.environ.get('LOCAL_RANK', '0'))
-    if not dist.is_initialized():
+    joins = not dist.is_initialized()
+    if joins:
         dist.init_process_group(backend='nccl' if device.type == 'cuda' else 'gloo')
-    return DistributedContext(rank=rank, world_size=world_size, local_rank=local_rank)
+    return DistributedContext(rank=rank, world_size=world_size, local_rank=local_rank, owns_group=joins)
+
+
+@contextlib.contextmanager
+def run_in_environment(device: torch.device) -> Iterator[Optional[DistributedContext]]:
+    """`from_environment` for the length of a `with` block; the group is left when the block ends."""
+    distributed = from_environment(device)
+    completed = False
+    try:
+        yield distributed
+        completed = True
+    finally:
+        if distributed is not None:
+            distributed.close(completed)
 
 
 def check_divisible(batch_size: int, world_size: int, batch_chunk: int) -> None:
