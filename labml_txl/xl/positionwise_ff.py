@@ -10,8 +10,10 @@ The layers sit in `CoreNet` at indices 0 and 3, as in the original, so its check
 """
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from ..dropout import Dropout, relu_dropout_
+from ..prepacked_linear import inference_linear
 
 
 class PositionwiseFF(nn.Module):
@@ -43,16 +45,20 @@ class PositionwiseFF(nn.Module):
         )
         self.layer_norm = nn.LayerNorm(d_model)
         self.pre_lnorm = pre_lnorm
+        # Without gradients, the two products through oneDNN with prepacked weights (`prepacked_linear.py`);
+        # `MemTransformerLM.fast` sets it
+        self.fast = True
 
     def _core(self, x: torch.Tensor) -> torch.Tensor:
         """`CoreNet(x)`, with its ReLU (index 1, kept there so that the `Linear`s stay at 0 and 3) and first dropout
         applied together by `relu_dropout_`: the same numbers, in place, with no mask kept where that dropout draws
         its own."""
         linear_1, _, dropout_1, linear_2, dropout_2 = self.CoreNet
+        linear = inference_linear if self.fast else F.linear
         # On `[seq * batch, d]`: the product is then a tensor of its own, not a view, so the in-place step needs no
         # copy in autograd's backward
-        h = relu_dropout_(linear_1(x.reshape(-1, x.shape[-1])), dropout_1)
-        return dropout_2(linear_2(h)).view(x.shape[:-1] + (-1,))
+        h = relu_dropout_(linear(x.reshape(-1, x.shape[-1]), linear_1.weight, linear_1.bias), dropout_1)
+        return dropout_2(linear(h, linear_2.weight, linear_2.bias)).view(x.shape[:-1] + (-1,))
 
     def forward(self, inp: torch.Tensor) -> torch.Tensor:
         if self.pre_lnorm:

@@ -1,0 +1,86 @@
+r"""
+# Linear layers for no-grad CPU inference, with weights prepacked for oneDNN
+
+$y = x W^\top + b$ computes the same whichever kernel runs it; how fast depends on the kernel. `F.linear` on the
+CPU calls MKL's `sgemm`, which repacks $W$ on every call and, on the AMD CPU this project measures on, ran the
+Transformer-XL benchmark's feed-forward product at about 130 GFLOP/s. PyTorch also ships oneDNN, the library
+behind `torch.compile`'s CPU freezing pass: its `mkldnn::_reorder_linear_weight` packs $W$ once into the
+blocked layout its kernels read, and `mkldnn::_linear_pointwise` multiplies by the packed weight (about 200 GFLOP/s
+on the same shapes, `experiments/benchmark.py`).
+
+`inference_linear` uses it where that is safe and pays: without gradients (the op has no backward), float32 on
+the CPU, outside autocast and `torch.compile`, with at least two rows (a single row is a matrix-vector product,
+which `F.linear` does faster). A packed weight is kept per weight tensor while its version counter is unchanged
+(an optimizer step or `load_state_dict` bumps it), so it is packed once per evaluation, not per call; it costs
+one more copy of the weight while the weight lives. Results differ from `F.linear`'s by float rounding only (a
+sum in another order). Where the ops are missing (a PyTorch built without oneDNN) or fail their first check,
+`F.linear` runs.
+"""
+import warnings
+from typing import Optional
+
+import torch
+from torch.nn import functional as F
+from torch.utils.weak import WeakIdKeyDictionary
+
+# The packed weight of each weight tensor (by identity), with the version it was packed at; entries go with their
+# weight
+_packed = WeakIdKeyDictionary()
+# Whether oneDNN's linear ops work in this PyTorch (checked on first use)
+_available: Optional[bool] = None
+
+
+def _check_available() -> bool:
+    """Run the two ops once on a small input and compare with `F.linear`."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        generator = torch.Generator().manual_seed(0)
+        x, w, b = (torch.randn(*shape, generator=generator) for shape in ((4, 16), (8, 16), (8,)))
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, 4)
+        y = torch.ops.mkldnn._linear_pointwise(x, packed, b, 'none', [], '')
+        works = torch.allclose(y, F.linear(x, w, b), rtol=1e-4, atol=1e-5)
+    except (AttributeError, RuntimeError) as error:
+        warnings.warn(f"oneDNN's prepacked linear is not usable in this PyTorch ({error}); "
+                      f"evaluation uses F.linear")
+        return False
+    if not works:
+        warnings.warn("oneDNN's prepacked linear gave other results than F.linear; evaluation uses F.linear")
+    return works
+
+
+def _usable(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    global _available
+    if (torch.is_grad_enabled() or x.device.type != 'cpu' or x.dtype != torch.float32
+            or weight.dtype != torch.float32 or x.dim() < 2 or x.numel() < 2 * x.shape[-1]
+            or torch.is_autocast_enabled('cpu') or torch.compiler.is_compiling()):
+        return False
+    if _available is None:
+        _available = _check_available()
+    return _available
+
+
+def _packed_weight(weight: torch.Tensor, rows: int) -> torch.Tensor:
+    """`weight` packed for oneDNN, packed again only when it has changed in place."""
+    entry = _packed.get(weight)
+    if entry is None or entry[0] != weight._version:
+        # `rows` only guides the choice of layout; the packed weight serves any number of rows
+        entry = (weight._version, torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), rows))
+        _packed[weight] = entry
+    return entry[1]
+
+
+def inference_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    r"""
+    $x W^\top + b$ as `F.linear`; without gradients on the CPU in float32, through oneDNN with `weight` prepacked.
+
+    Shape:
+        `x` `[..., in_features]`, `weight` `[out_features, in_features]`, `bias` `[out_features]` or None;
+        returns `[..., out_features]`.
+    """
+    if not _usable(x, weight):
+        return F.linear(x, weight, bias)
+    rows = x.numel() // x.shape[-1]
+    y = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]).contiguous(), _packed_weight(weight, rows),
+                                           bias, 'none', [], '')
+    return y.view(*x.shape[:-1], weight.shape[0])
