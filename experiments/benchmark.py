@@ -39,6 +39,7 @@ from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from labml_txl.prepacked_linear import inference_linear  # noqa: E402
 from labml_txl.train.configs import fused_adam  # noqa: E402
 from labml_txl.xl import MemTransformerLM  # noqa: E402
 
@@ -180,17 +181,18 @@ def matmul_runner(n: int) -> Callable[[], None]:
 
 def products_runner(cfg: BenchConfig) -> Callable[[], None]:
     r"""
-    Only the products of one evaluation segment of the fast path, at its shapes, with a full memory whose keys and
-    values are kept: per layer $[W_q; W_k; W_v]$ of the segment, $(Q + v) R^\top$, the attention kernel (SDPA with
-    the position bias), $W_o$ and the two feed-forward layers; then the softmax layer. Nothing else (no layer
-    norm, residual, ReLU, copy, mask or memory update). An implementation that computes these products with
-    PyTorch's float32 kernels on this machine evaluates no faster than this: its tokens/s bound the fast path's.
+    Only the products of one evaluation segment of the fast path, at its shapes and with its kernels, with a full
+    memory whose keys and values are kept: per layer $[W_q; W_k; W_v]$ of the segment, $(Q + v) R^\top$ (one
+    product per head over the batch), the attention kernel (SDPA with the position bias), $W_o$ and the two
+    feed-forward layers (oneDNN with prepacked weights, `inference_linear`); then the softmax layer. Nothing else
+    (no layer norm, residual, ReLU, copy, mask or memory update). An implementation that computes these products
+    with these kernels on this machine evaluates no faster than this: its tokens/s bound the fast path's.
     """
     q, m, b, d, h, dh = cfg.tgt_len, cfg.mem_len, cfg.batch, cfg.d_model, cfg.n_head, cfg.d_head
     k, rows = q + m, q * b
     x, x_inner = torch.randn(rows, d), torch.randn(rows, cfg.d_inner)
     heads_q, heads_kv = torch.randn(b, h, q, dh), torch.randn(b, h, k, dh)
-    table, bias = torch.randn(h, k + 1, dh), torch.randn(b, h, q, k)
+    queries_by_head, table, bias = torch.randn(h, b * q, dh), torch.randn(h, dh, k), torch.randn(b, h, q, k)
     w_qkv, w_o = torch.randn(3 * h * dh, d), torch.randn(d, h * dh)
     w_1, b_1 = torch.randn(cfg.d_inner, d), torch.randn(cfg.d_inner)
     w_2, b_2 = torch.randn(d, cfg.d_inner), torch.randn(d)
@@ -199,12 +201,12 @@ def products_runner(cfg: BenchConfig) -> Callable[[], None]:
     def segment():
         with torch.no_grad():
             for _ in range(cfg.n_layer):
-                F.linear(x, w_qkv)
-                torch.matmul(heads_q, table.transpose(-1, -2))
+                inference_linear(x, w_qkv)
+                torch.bmm(queries_by_head, table)
                 F.scaled_dot_product_attention(heads_q, heads_kv, heads_kv, attn_mask=bias)
-                F.linear(x, w_o)
-                F.linear(x, w_1, b_1)
-                F.linear(x_inner, w_2, b_2)
+                inference_linear(x, w_o)
+                inference_linear(x, w_1, b_1)
+                inference_linear(x_inner, w_2, b_2)
             F.linear(x, w_out, b_out)
     return segment
 

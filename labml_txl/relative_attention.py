@@ -40,6 +40,7 @@ entries further along.
 * **Encoder** (`L = k + q - 1`, distances $k - 1, \dots, -(q - 1)$): every key of every query is exact, so
   nothing has to be masked; keep the first $k$ columns.
 """
+import functools
 from typing import Optional
 
 import torch
@@ -404,7 +405,8 @@ def relative_attention_weights_heads(q: torch.Tensor, k: torch.Tensor, r: torch.
 
 def relative_attention_sdpa(q: torch.Tensor, k: torch.Tensor, v_heads: torch.Tensor, r: torch.Tensor,
                             u: Optional[torch.Tensor], v: Optional[torch.Tensor], scale: float,
-                            masked: Optional[torch.Tensor], r_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+                            masked: Optional[torch.Tensor], r_bias: Optional[torch.Tensor] = None,
+                            causal_bias: Optional['CausalPositionBias'] = None) -> torch.Tensor:
     r"""
     Relative attention by `scaled_dot_product_attention`, with the position terms as an additive bias:
 
@@ -413,24 +415,106 @@ def relative_attention_sdpa(q: torch.Tensor, k: torch.Tensor, v_heads: torch.Ten
 
     Only without gradients: SDPA on the CPU has no fused backward for a bias that needs one (it falls back to
     the explicit computation, slower than ours). No row may be fully masked (SDPA would give NaN there).
+    With `causal_bias` and a decoder's causal mask, $B$ comes from it with no masking pass
+    (`CausalPositionBias`); otherwise it is one `torch.where` over the shifted product.
 
     Shape:
-        `q`, `k`, `v_heads` head-major `[batch, heads, len, d_head]`; `r`, `u`, `v`, `r_bias` as
-        `relative_attention_scores_heads`; `masked` True where masked, broadcasting to `[batch, heads, qlen, klen]`.
-        Returns `[batch, heads, qlen, d_head]`.
+        `q`, `k`, `v_heads` `[batch, heads, len, d_head]` (`q` in any layout: the output comes back in its
+        layout); `r`, `u`, `v`, `r_bias` as `relative_attention_scores_heads`; `masked` True where masked,
+        broadcasting to `[batch, heads, qlen, klen]`. Returns `[batch, heads, qlen, d_head]`.
     """
     klen = k.shape[-2]
-    # $\mathit{scale} \cdot ((b) + (d))$ per table entry: the scale on $Q + v$, four times smaller than the scores
-    q_v = (q if v is None else q + v[:, None]) * scale
-    bd = torch.matmul(q_v, pad_table(r, klen).transpose(-1, -2))
-    if r_bias is not None:
-        bd = bd + pad_table(r_bias[..., None], klen)[..., 0][:, None] * scale
-    # $B$: shifted to key positions by a view, then one pass to a contiguous tensor, $-\infty$ where masked
-    # (`where` reads the view and the mask once; `masked_fill` would copy the view first)
-    bias = relative_shift_view(bd, klen)
-    bias = bias.contiguous() if masked is None else torch.where(masked, float('-inf'), bias)
+    if causal_bias is not None and r_bias is None and causal_bias.applies(q, r, v, masked, klen):
+        bias = causal_bias(q, r, v, scale, klen)
+    else:
+        # $\mathit{scale} \cdot ((b) + (d))$ per table entry: the scale on $Q + v$, four times smaller than the
+        # scores
+        q_v = (q if v is None else q + v[:, None]) * scale
+        bd = torch.matmul(q_v, pad_table(r, klen).transpose(-1, -2))
+        if r_bias is not None:
+            bd = bd + pad_table(r_bias[..., None], klen)[..., 0][:, None] * scale
+        # $B$: shifted to key positions by a view, then one pass to a contiguous tensor, $-\infty$ where masked
+        # (`where` reads the view and the mask once; `masked_fill` would copy the view first)
+        bias = relative_shift_view(bd, klen)
+        bias = bias.contiguous() if masked is None else torch.where(masked, float('-inf'), bias)
     q_u = q if u is None else q + u[:, None]
     return F.scaled_dot_product_attention(q_u, k, v_heads, attn_mask=bias.to(q_u.dtype), scale=scale)
+
+
+@functools.lru_cache(maxsize=16)
+def _decoder_causal_mask(qlen: int, klen: int, device: torch.device) -> torch.Tensor:
+    """True for key $j$ of query $i$ where $j > (k - q) + i$: the keys after the query's own position."""
+    return torch.ones(qlen, klen, dtype=torch.bool, device=device).triu_(1 + klen - qlen)
+
+
+class CausalPositionBias:
+    r"""
+    The position terms of a decoder's relative attention as the additive bias of `scaled_dot_product_attention`,
+    with the causal mask built in and no pass over the scores to apply it.
+
+    A buffer $P$ `[heads, batch * qlen, klen + qlen]` is kept between calls. Its last `qlen` columns hold
+    $-\infty$ and are never written; each call writes its first `klen` columns, head by head in one
+    product over the whole batch:
+
+    $$P_{(b, i), s} = \mathit{scale} \cdot (q_{b,i} + v)^\top r_s \quad (s < k), \qquad P_{(b, i), s} = -\infty \quad (s \ge k)$$
+
+    The bias is the shifted view $B_{i,j} = P_{i,\,j + q - 1 - i}$ (`relative_shift_view`'s reading, row stride
+    $k + q - 1$). For a key $j \le m + i$ the entry $s = j + q - 1 - i \le k - 1$ is the distance $m + i - j$;
+    for a key in the future, $j > m + i$, it is $s \ge k$: $-\infty$. That is exactly the decoder's causal mask,
+    so there is no `where` and no copy of the shifted scores (SDPA reads the strided view as it is); and the
+    table, shared by the batch, is not copied per batch as a broadcast `matmul` does.
+
+    One buffer per shape, kept (a model shares one among its layers): it costs
+    `heads * batch * qlen * (klen + qlen)` elements while kept. On the CPU only (CUDA's SDPA kernels want an
+    aligned bias), outside autocast and `torch.compile`.
+    """
+
+    def __init__(self):
+        self._buffers = {}
+
+    def clear(self) -> None:
+        self._buffers = {}
+
+    def applies(self, q: torch.Tensor, r: torch.Tensor, v: Optional[torch.Tensor], masked: Optional[torch.Tensor],
+                klen: int) -> bool:
+        """Whether the call is one this bias serves: a decoder's table (distances down to 0, `klen` entries, or
+        `klen + 1` with `pad_table`'s zero) and exactly the causal mask `[qlen, klen]`, in one dtype, on the CPU."""
+        qlen = q.shape[-2]
+        return (q.device.type == 'cpu' and r.shape[-2] in (klen, klen + 1) and masked is not None
+                and masked.shape == (qlen, klen) and q.dtype == r.dtype and (v is None or v.dtype == q.dtype)
+                and not torch.is_autocast_enabled('cpu') and not torch.compiler.is_compiling()
+                and torch.equal(masked, _decoder_causal_mask(qlen, klen, masked.device)))
+
+    def _buffer(self, heads: int, batch: int, qlen: int, klen: int, like: torch.Tensor) -> torch.Tensor:
+        key = (heads, batch, qlen, klen, like.dtype, like.device)
+        buffer = self._buffers.get(key)
+        if buffer is None:
+            if len(self._buffers) >= 4:
+                self._buffers = {}
+            buffer = like.new_empty(heads, batch * qlen, klen + qlen)
+            # The columns past the table: what a key in the future reads
+            buffer[..., klen:] = float('-inf')
+            self._buffers[key] = buffer
+        return buffer
+
+    def __call__(self, q: torch.Tensor, r: torch.Tensor, v: Optional[torch.Tensor], scale: float,
+                 klen: int) -> torch.Tensor:
+        """$B$ `[batch, heads, qlen, klen]`, a view of the buffer (valid until the next call)."""
+        batch, heads, qlen, d_head = q.shape
+        rows, width = batch * qlen, klen + qlen
+        buffer = self._buffer(heads, batch, qlen, klen, q)
+        # $Q + v$ head-first, `[heads, batch * qlen, d_head]`: one product per head covers the batch
+        q_v = q.new_empty(heads, batch, qlen, d_head)
+        if v is None:
+            q_v.copy_(q.transpose(0, 1))
+        else:
+            torch.add(q.transpose(0, 1), v[:, None, None], out=q_v)
+        # $P_{:, s} = \mathit{scale} \cdot (Q + v) r_s$ for the `klen` entries of the table
+        buffer[..., :klen].baddbmm_(q_v.view(heads, rows, d_head), r[:, :klen].transpose(-1, -2), beta=0,
+                                    alpha=scale)
+        # $B_{i,j} = P_{i, j + q - 1 - i}$ for each batch row block
+        shifted = relative_shift_view(buffer.view(heads, batch, qlen, width), klen)
+        return shifted.transpose(0, 1)
 
 
 def heads_mask(masked: Optional[torch.Tensor]) -> Optional[torch.Tensor]:

@@ -12,9 +12,10 @@ import torch
 
 from labml_txl.attention_mask import subsequent_mask
 from labml_txl.generation import generate
-from labml_txl.relative_attention import (masked_softmax_heads, pad_table, relative_attention_scores,
-                                          relative_attention_scores_heads, relative_attention_weights_heads,
-                                          relative_shift, relative_shift_view)
+from labml_txl.relative_attention import (CausalPositionBias, masked_softmax_heads, pad_table,
+                                          relative_attention_scores, relative_attention_scores_heads,
+                                          relative_attention_sdpa, relative_attention_weights_heads, relative_shift,
+                                          relative_shift_view)
 from labml_txl.relative_mha import RelativeMultiHeadAttention
 from labml_txl.xl import MemTransformerLM
 
@@ -260,6 +261,83 @@ def test_cached_positions_see_loaded_frequencies():
     model.fast = False
     torch.testing.assert_close(after, model(data[:5], data[1:6])[0], atol=1e-6, rtol=1e-6)
     assert not torch.equal(before, after)
+
+
+# -- the causal position bias of the SDPA path --
+
+def _naive_causal_bias(q, r, v, scale, mlen):
+    """$B_{i,j} = \mathit{scale}\,(q_i + v)^\top r_{(k - 1) - (m + i - j)}$ for $j \le m + i$, else $-\infty$: one
+    entry at a time, with the table entry of each distance looked up directly."""
+    batch, heads, qlen, _ = q.shape
+    klen = mlen + qlen
+    out = torch.full((batch, heads, qlen, klen), float('-inf'), dtype=q.dtype)
+    for i in range(qlen):
+        for j in range(mlen + i + 1):
+            entry = (klen - 1) - (mlen + i - j)
+            out[:, :, i, j] = scale * ((q[:, :, i] + v) * r[:, entry]).sum(-1)
+    return out
+
+
+@pytest.mark.parametrize('qlen,mlen', [(1, 0), (1, 5), (4, 0), (4, 3), (5, 9)])
+@pytest.mark.parametrize('padded', [False, True], ids=['table', 'padded-table'])
+def test_causal_position_bias_equals_the_naive_masked_shifted_product(qlen, mlen, padded):
+    batch, heads, d_head, klen = 2, 3, 4, mlen + qlen
+    bias_maker = CausalPositionBias()
+    # The queries in the projection's layout (`[qlen, batch, heads, d_head]` in memory), as the model passes them
+    for _ in range(2):  # the second call reuses the buffer the first one made
+        q = torch.randn(qlen, batch, heads, d_head, dtype=torch.float64).permute(1, 2, 0, 3)
+        r = torch.randn(heads, klen, d_head, dtype=torch.float64)
+        v = torch.randn(heads, d_head, dtype=torch.float64)
+        table = pad_table(r, klen) if padded else r
+        causal = torch.ones(qlen, klen, dtype=torch.bool).triu_(1 + mlen)
+        assert bias_maker.applies(q, table, v, causal, klen)
+        bias = bias_maker(q, table, v, 0.5, klen)
+        torch.testing.assert_close(bias, _naive_causal_bias(q, r, v, 0.5, mlen), rtol=1e-12, atol=1e-12)
+
+
+def test_causal_position_bias_serves_only_the_decoder_causal_mask():
+    bias_maker = CausalPositionBias()
+    qlen, mlen, klen = 3, 4, 7
+    q, r, v = torch.randn(2, 2, qlen, 4), torch.randn(2, klen + 1, 4), torch.randn(2, 4)
+    causal = torch.ones(qlen, klen, dtype=torch.bool).triu_(1 + mlen)
+    assert bias_maker.applies(q, r, v, causal, klen)
+    same_length = causal | torch.ones(qlen, klen, dtype=torch.bool).tril_(-1)
+    assert not bias_maker.applies(q, r, v, same_length, klen)
+    assert not bias_maker.applies(q, r, v, None, klen)
+    assert not bias_maker.applies(q, r, v, causal[None, None].expand(2, 1, qlen, klen), klen)
+    # An encoder's table runs past distance 0
+    assert not bias_maker.applies(q, torch.randn(2, klen + qlen - 1, 4), v, causal, klen)
+    assert not bias_maker.applies(q, r.double(), v, causal, klen)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        assert not bias_maker.applies(q, r, v, causal, klen)
+
+
+@pytest.mark.parametrize('mlen', [0, 6])
+def test_sdpa_with_the_causal_position_bias_equals_the_masked_bias(mlen):
+    batch, heads, qlen, d_head = 2, 3, 5, 8
+    klen = mlen + qlen
+    q = torch.randn(qlen, batch, heads, d_head).permute(1, 2, 0, 3)
+    k, values = torch.randn(batch, heads, klen, d_head), torch.randn(batch, heads, klen, d_head)
+    r, u, v = pad_table(torch.randn(heads, klen, d_head), klen), torch.randn(heads, d_head), torch.randn(heads, d_head)
+    causal = torch.ones(qlen, klen, dtype=torch.bool).triu_(1 + mlen)
+    with torch.no_grad():
+        expected = relative_attention_sdpa(q.contiguous(), k, values, r, u, v, 0.125, causal)
+        out = relative_attention_sdpa(q, k, values, r, u, v, 0.125, causal, causal_bias=CausalPositionBias())
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_model_evaluation_takes_the_causal_position_bias(count_calls):
+    """Without `same_length`, every evaluation segment's mask is the decoder's causal mask."""
+    plain, fast = _pair()
+    calls = count_calls(CausalPositionBias, ['__call__'])
+    data = torch.randint(40, (16, 3))
+    for model in (plain, fast):
+        model.eval()
+    (pl, pm, _), (fl, fm, _) = _segments(plain, data, grad=False), _segments(fast, data, grad=False)
+    # 3 segments of 2 layers (the plain path never calls it)
+    assert calls['__call__'] == 6
+    for a, b in zip(pl + pm, fl + fm):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
 
 
 # -- the drop-in RelativeMultiHeadAttention --

@@ -28,7 +28,9 @@ from torch.nn import functional as F
 
 from ..dropout import Dropout
 from ..errors import require_positive_int
-from ..relative_attention import from_heads, heads_mask, masked_softmax, masked_softmax_heads, to_heads
+from ..prepacked_linear import inference_linear
+from ..relative_attention import (CausalPositionBias, from_heads, heads_mask, masked_softmax, masked_softmax_heads,
+                                  to_heads)
 from .checks import check_probability
 
 
@@ -76,6 +78,9 @@ class XLAttentionBase(nn.Module):
         # A row with every key masked gets zero weights; `MemTransformerLM` turns this off (its masks always leave
         # key $m + i$ to query $i$, so the second fill changes nothing there)
         self.zero_masked_rows = True
+        # The position bias of relative attention through SDPA under a causal mask, kept between calls (a model
+        # gives all its layers one)
+        self.causal_bias = CausalPositionBias()
 
     def _attend(self, score: torch.Tensor, attn_mask: Optional[torch.Tensor], head_v: torch.Tensor) -> torch.Tensor:
         """Scaled, masked softmax of `score` `[qlen, klen, bsz, n_head]` applied to `head_v`
@@ -122,17 +127,21 @@ class XLAttentionBase(nn.Module):
 
     def _output(self, w: torch.Tensor, attn_vec: torch.Tensor) -> torch.Tensor:
         """Output projection, dropout and the residual connection with layer normalisation."""
-        attn_out = self.drop(self.o_net(attn_vec))
+        # (on the fast path without gradients through oneDNN with $W_o$ prepacked: `prepacked_linear.py`)
+        attn_out = self.drop(inference_linear(attn_vec, self.o_net.weight) if self.fast else self.o_net(attn_vec))
         if self.pre_lnorm:
             # $w + W_o\,\mathop{Attn}(\mathop{LN}(\cdot))$
             return w + attn_out
         # $\mathop{LN}(w + W_o\,\mathop{Attn}(\cdot))$
         return self.layer_norm(w + attn_out)
 
-    def _qkv_heads(self, qkv_net: nn.Linear, w: torch.Tensor, mems: Optional[torch.Tensor]):
+    def _qkv_heads(self, qkv_net: nn.Linear, w: torch.Tensor, mems: Optional[torch.Tensor],
+                   contiguous_queries: bool = True):
         r"""
         Head-major queries of the segment `w` and keys and values of the memory followed by the segment, each
-        `[bsz, n_head, len, d_head]`, from the joint projection `qkv_net` ($[W_q; W_k; W_v]$).
+        `[bsz, n_head, len, d_head]`, from the joint projection `qkv_net` ($[W_q; W_k; W_v]$). The keys and values
+        are contiguous; the queries too with `contiguous_queries`, else they are a view of the projection
+        (`[qlen, bsz, n_head, d_head]` in memory), for a consumer that reads any layout.
 
         The original projects `[mems, w]` with all three and drops the memory's queries. Here the segment gets
         all three and the memory only $W_k, W_v$ (a third of that product saved), and since the memory carries no
@@ -142,11 +151,15 @@ class XLAttentionBase(nn.Module):
         input row (`LayerNorm` too, with `pre_lnorm`).
         """
         hd = self.n_head * self.d_head
-        # $[W_q; W_k; W_v] h$ of the segment, `[qlen, bsz, 3 * n_head * d_head]`
-        qkv = F.linear(self.layer_norm(w) if self.pre_lnorm else w, qkv_net.weight)
+        # $[W_q; W_k; W_v] h$ of the segment, `[qlen, bsz, 3 * n_head * d_head]` (without gradients through oneDNN
+        # with the weight prepacked, `prepacked_linear.py`)
+        qkv = inference_linear(self.layer_norm(w) if self.pre_lnorm else w, qkv_net.weight)
         # (`split` and `unbind` rather than slices: their backward pass concatenates, with no zero-filled gradient)
         q, kv = qkv.split([hd, 2 * hd], dim=-1)
-        head_q = to_heads(q, self.n_head, self.d_head)
+        if contiguous_queries:
+            head_q = to_heads(q, self.n_head, self.d_head)
+        else:
+            head_q = q.unflatten(-1, (self.n_head, self.d_head)).permute(1, 2, 0, 3)
         # $[W_k; W_v] h$ as `[2, bsz, n_head, qlen, d_head]` (a view)
         kv = self._kv_view(kv)
         if self.mems_kv is not None:

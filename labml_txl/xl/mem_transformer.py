@@ -55,7 +55,7 @@ from torch.nn import functional as F
 
 from ..dropout import Dropout
 from ..errors import require_positive_int
-from ..relative_attention import relative_distances
+from ..relative_attention import CausalPositionBias, relative_distances
 from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
 from .attention_base import XLAttentionBase
@@ -65,6 +65,7 @@ from .kv_memo import KeyValueMemo
 from .layers import DecoderLayer, RelLearnableDecoderLayer, RelPartialLearnableDecoderLayer
 from .log_uniform_sampler import LogUniformSampler, sample_logits
 from .positional_embedding import PositionalEmbedding
+from .positionwise_ff import PositionwiseFF
 from .rel_learnable_attn import last_rows
 
 ATTN_TYPES = (0, 1, 2, 3)
@@ -235,9 +236,12 @@ class MemTransformerLM(nn.Module):
         self._cache = {}
         # Keys and values of the memories, kept from the segment before in no-grad evaluation (`kv_memo.py`)
         self._kv_memo = KeyValueMemo()
+        # One buffer for the causal position bias of all layers (they run one after another)
+        self._causal_bias = CausalPositionBias()
         for layer in self.layers:
             # This model's masks always leave key $m + i$ to query $i$: no row is fully masked
             layer.dec_attn.zero_masked_rows = False
+            layer.dec_attn.causal_bias = self._causal_bias
         self.fast = True
 
     @property
@@ -253,14 +257,16 @@ class MemTransformerLM(nn.Module):
         self._fast = value
         self._cache = {}
         self._kv_memo = KeyValueMemo()
+        self._causal_bias.clear()
         for module in self.modules():
-            if isinstance(module, (XLAttentionBase, Dropout)):
+            if isinstance(module, (XLAttentionBase, PositionwiseFF, Dropout)):
                 module.fast = value
 
     def _apply(self, fn, *args, **kwargs):
         # A new dtype or device: the cached positions and masks are of the old ones
         self._cache = {}
         self._kv_memo = KeyValueMemo()
+        self._causal_bias.clear()
         return super()._apply(fn, *args, **kwargs)
 
     def _cached(self, key: tuple, make):
@@ -303,6 +309,7 @@ class MemTransformerLM(nn.Module):
         # Masks with `same_length` depend on `mem_len`: start the cache afresh
         self._cache = {}
         self._kv_memo.clear()
+        self._causal_bias.clear()
         self.tgt_len = tgt_len
         self.mem_len = mem_len
         self.ext_len = ext_len
