@@ -227,6 +227,29 @@ def test_switching_fast_off_and_on_gives_the_same_numbers():
 
 # -- cached positions and masks --
 
+def test_cached_values_follow_a_fused_optimizer_step():
+    """A fused optimizer writes the parameters without bumping their versions; `parameter_versions` bumps them, so
+    the kept keys and values, the projected table and the prepacked weights are made again after a step."""
+    torch.manual_seed(0)
+    model = MemTransformerLM(**small_config()).eval()
+    data = torch.randint(40, (11, 2))
+    with torch.no_grad():
+        _, *mems = model(data[:5], data[1:6])
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1, fused=True)
+    versions = [p._version for p in model.parameters()]
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    optimizer.step()
+    assert all(p._version > v for p, v in zip(model.parameters(), versions))
+    fresh = MemTransformerLM(**small_config()).eval()
+    fresh.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        # The same memories as before the step: the kept keys and values were made with the old weights
+        after = model(data[5:10], data[6:11], *mems)[0]
+        expected = fresh(data[5:10], data[6:11], *mems)[0]
+    torch.testing.assert_close(after, expected, atol=1e-6, rtol=1e-6)
+
+
 def test_positions_and_masks_are_cached_per_shape_and_dropped_when_lengths_change():
     _, model = _pair(same_length=True)
     model.eval()

@@ -17,6 +17,11 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
+from ..parameter_versions import track_fused_optimizer_steps
+
+# The caches here trust parameter versions, which fused optimizer steps do not bump by themselves
+track_fused_optimizer_steps()
+
 
 def _parameter_versions(module: nn.Module) -> List[Tuple[torch.Tensor, int]]:
     return [(p, p._version) for p in module.parameters()]

@@ -1,0 +1,38 @@
+r"""
+# Parameter version counters after fused optimizer steps
+
+Every in-place change of a tensor bumps its version counter (`tensor._version`), and this package's caches of
+values derived from parameters trust it: the keys and values kept for a memory (`xl/kv_memo.py`), the projected
+relative table (`RelPartialLearnableMultiHeadAttn._projected_table`) and the prepacked weights
+(`prepacked_linear.py`) are used only while the parameters' versions are those they were made at.
+
+PyTorch's fused optimizers (`Adam(fused=True)`, `AdamW(fused=True)`, `SGD(fused=True)`, which the trainer's
+`fused_adam` uses) write the parameters in one kernel that does **not** bump their version counters. Without
+the hook below, a cache made before such a step would still be taken for valid after it, and a model would go on
+computing with weights it no longer has. `track_fused_optimizer_steps()` (called by each module with such a
+cache, once per process in effect) registers a hook for every optimizer that bumps the versions of the parameters
+of fused parameter groups after each step (`torch.autograd.graph.increment_version`, PyTorch's API for writes
+it cannot see).
+
+Writes through `tensor.data` do not bump versions either (that is what `.data` is for); after such writes, call
+`torch.autograd.graph.increment_version` on the parameters, as the hook does.
+"""
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+
+_registered = False
+
+
+def _bump_fused_parameter_versions(optimizer: torch.optim.Optimizer, args, kwargs) -> None:
+    params = [p for group in optimizer.param_groups if group.get('fused') for p in group['params']]
+    if params:
+        torch.autograd.graph.increment_version(params)
+
+
+def track_fused_optimizer_steps() -> None:
+    """Register the hook (once)."""
+    global _registered
+    if not _registered:
+        register_optimizer_step_post_hook(_bump_fused_parameter_versions)
+        _registered = True
