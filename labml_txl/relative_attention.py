@@ -456,7 +456,8 @@ class CausalPositionBias:
     $-\infty$ and are never written; each call writes its first `klen` columns, head by head in one
     product over the whole batch:
 
-    $$P_{(b, i), s} = \mathit{scale} \cdot (q_{b,i} + v)^\top r_s \quad (s < k), \qquad P_{(b, i), s} = -\infty \quad (s \ge k)$$
+    $$P_{(b, i), s} = \mathit{scale} \cdot (q_{b,i} + v)^\top r_s \quad (s < k), \qquad
+      P_{(b, i), s} = -\infty \quad (s \ge k)$$
 
     The bias is the shifted view $B_{i,j} = P_{i,\,j + q - 1 - i}$ (`relative_shift_view`'s reading, row stride
     $k + q - 1$). For a key $j \le m + i$ the entry $s = j + q - 1 - i \le k - 1$ is the distance $m + i - j$;

@@ -67,6 +67,7 @@ from .log_uniform_sampler import LogUniformSampler, sample_logits
 from .positional_embedding import PositionalEmbedding
 from .positionwise_ff import PositionwiseFF
 from .rel_learnable_attn import last_rows
+from .rel_partial_learnable_attn import RelPartialLearnableMultiHeadAttn
 
 ATTN_TYPES = (0, 1, 2, 3)
 
@@ -241,7 +242,8 @@ class MemTransformerLM(nn.Module):
         for layer in self.layers:
             # This model's masks always leave key $m + i$ to query $i$: no row is fully masked
             layer.dec_attn.zero_masked_rows = False
-            layer.dec_attn.causal_bias = self._causal_bias
+            if isinstance(layer.dec_attn, RelPartialLearnableMultiHeadAttn):
+                layer.dec_attn.causal_bias = self._causal_bias
         self.fast = True
 
     @property

@@ -15,10 +15,14 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..relative_attention import (from_heads, heads_mask, pad_table, relative_attention_scores,
+from ..parameter_versions import track_fused_optimizer_steps
+from ..relative_attention import (CausalPositionBias, from_heads, heads_mask, pad_table, relative_attention_scores,
                                   relative_attention_scores_heads, relative_attention_sdpa,
                                   relative_attention_weights_heads)
 from .attention_base import XLAttentionBase
+
+# The caches here trust parameter versions, which fused optimizer steps do not bump by themselves
+track_fused_optimizer_steps()
 
 
 class RelPartialLearnableMultiHeadAttn(XLAttentionBase):
@@ -43,6 +47,8 @@ class RelPartialLearnableMultiHeadAttn(XLAttentionBase):
         self.untie_r = untie_r
         # $W_{k,R} R$ kept in no-grad evaluation: `(table, its version, r_net.weight, its version, result)`
         self._table_memo = None
+        # The position bias through SDPA under a causal mask, kept between calls (a model gives its layers one)
+        self.causal_bias = CausalPositionBias()
         if untie_r:
             # $u$ and $v$ of this layer
             self.r_w_bias = nn.Parameter(torch.empty(n_head, d_head))
