@@ -39,7 +39,7 @@ from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from labml_txl.prepacked_linear import prepacked_linear  # noqa: E402
+from labml_txl.prepacked_linear import inference_linear  # noqa: E402
 from labml_txl.train.configs import fused_adam  # noqa: E402
 from labml_txl.xl import MemTransformerLM  # noqa: E402
 
@@ -184,7 +184,7 @@ def products_runner(cfg: BenchConfig) -> Callable[[], None]:
     Only the products of one evaluation segment of the fast path, at its shapes and with its kernels, with a full
     memory whose keys and values are kept: per layer $[W_q; W_k; W_v]$ of the segment, $(Q + v) R^\top$ (one
     product per head over the batch), the attention kernel (SDPA with the position bias), $W_o$ and the two
-    feed-forward layers (oneDNN with prepacked weights, `prepacked_linear`); then the softmax layer. Nothing else
+    feed-forward layers (oneDNN with prepacked weights, `inference_linear`); then the softmax layer. Nothing else
     (no layer norm, residual, ReLU, copy, mask or memory update). An implementation that computes these products
     with these kernels on this machine evaluates no faster than this: its tokens/s bound the fast path's.
     """
@@ -201,12 +201,12 @@ def products_runner(cfg: BenchConfig) -> Callable[[], None]:
     def segment():
         with torch.no_grad():
             for _ in range(cfg.n_layer):
-                prepacked_linear(x, w_qkv)
+                inference_linear(x, w_qkv)
                 torch.bmm(queries_by_head, table)
                 F.scaled_dot_product_attention(heads_q, heads_kv, heads_kv, attn_mask=bias)
-                prepacked_linear(x, w_o)
-                prepacked_linear(x, w_1, b_1)
-                prepacked_linear(x_inner, w_2, b_2)
+                inference_linear(x, w_o)
+                inference_linear(x, w_1, b_1)
+                inference_linear(x_inner, w_2, b_2)
             F.linear(x, w_out, b_out)
     return segment
 

@@ -28,7 +28,7 @@ from torch.nn import functional as F
 
 from ..dropout import Dropout
 from ..errors import require_positive_int
-from ..prepacked_linear import prepacked_linear
+from ..prepacked_linear import inference_linear
 from ..relative_attention import from_heads, heads_mask, masked_softmax, masked_softmax_heads, to_heads
 from .checks import check_probability
 
@@ -123,8 +123,8 @@ class XLAttentionBase(nn.Module):
 
     def _output(self, w: torch.Tensor, attn_vec: torch.Tensor) -> torch.Tensor:
         """Output projection, dropout and the residual connection with layer normalisation."""
-        # (on the fast path through oneDNN with $W_o$ prepacked: `prepacked_linear.py`)
-        attn_out = self.drop(prepacked_linear(attn_vec, self.o_net.weight) if self.fast else self.o_net(attn_vec))
+        # (on the fast path without gradients through oneDNN with $W_o$ prepacked: `prepacked_linear.py`)
+        attn_out = self.drop(inference_linear(attn_vec, self.o_net.weight) if self.fast else self.o_net(attn_vec))
         if self.pre_lnorm:
             # $w + W_o\,\mathop{Attn}(\mathop{LN}(\cdot))$
             return w + attn_out
@@ -147,9 +147,9 @@ class XLAttentionBase(nn.Module):
         input row (`LayerNorm` too, with `pre_lnorm`).
         """
         hd = self.n_head * self.d_head
-        # $[W_q; W_k; W_v] h$ of the segment, `[qlen, bsz, 3 * n_head * d_head]` (through oneDNN with the weight
-        # prepacked, `prepacked_linear.py`)
-        qkv = prepacked_linear(self.layer_norm(w) if self.pre_lnorm else w, qkv_net.weight)
+        # $[W_q; W_k; W_v] h$ of the segment, `[qlen, bsz, 3 * n_head * d_head]` (without gradients through oneDNN
+        # with the weight prepacked, `prepacked_linear.py`)
+        qkv = inference_linear(self.layer_norm(w) if self.pre_lnorm else w, qkv_net.weight)
         # (`split` and `unbind` rather than slices: their backward pass concatenates, with no zero-filled gradient)
         q, kv = qkv.split([hd, 2 * hd], dim=-1)
         if contiguous_queries:

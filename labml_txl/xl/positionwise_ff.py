@@ -13,7 +13,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..dropout import Dropout, relu_dropout_
-from ..prepacked_linear import prepacked_linear
+from ..prepacked_linear import inference_linear
 
 
 class PositionwiseFF(nn.Module):
@@ -45,8 +45,8 @@ class PositionwiseFF(nn.Module):
         )
         self.layer_norm = nn.LayerNorm(d_model)
         self.pre_lnorm = pre_lnorm
-        # The two products through oneDNN with prepacked weights (`prepacked_linear.py`); `MemTransformerLM.fast`
-        # sets it
+        # Without gradients, the two products through oneDNN with prepacked weights (`prepacked_linear.py`);
+        # `MemTransformerLM.fast` sets it
         self.fast = True
 
     def _core(self, x: torch.Tensor) -> torch.Tensor:
@@ -54,7 +54,7 @@ class PositionwiseFF(nn.Module):
         applied together by `relu_dropout_`: the same numbers, in place, with no mask kept where that dropout draws
         its own."""
         linear_1, _, dropout_1, linear_2, dropout_2 = self.CoreNet
-        linear = prepacked_linear if self.fast else F.linear
+        linear = inference_linear if self.fast else F.linear
         # On `[seq * batch, d]`: the product is then a tensor of its own, not a view, so the in-place step needs no
         # copy in autograd's backward
         h = relu_dropout_(linear(x.reshape(-1, x.shape[-1]), linear_1.weight, linear_1.bias), dropout_1)
