@@ -5,7 +5,7 @@ r"""
     python experiments/benchmark.py --quick    # a smoke run on tiny sizes
 
 Every number is a ratio of medians of runs interleaved in this process (round robin: one call of each contender
-per round), so a load that comes and goes slows all contenders alike. Rows:
+per round, the order rotated every round), so a load that comes and goes slows all contenders alike. Rows:
 
 * training and evaluation tokens/s of `MemTransformerLM` (fast, and fast under `torch.compile`) against
   labml_nn's `TransformerXL` and this package's plain path (`model.fast = False`, the original's computation);
@@ -62,7 +62,7 @@ class BenchConfig:
     dropout: float = 0.1
     dropatt: float = 0.0
     # Timed calls per contender (after two warm-up calls that also fill the memories)
-    repeats: int = 7
+    repeats: int = 10
     # Side of the `torch.mm` that measures the machine's float32 matmul speed
     matmul_n: int = 2048
 
@@ -160,15 +160,19 @@ class Stream:
 
 
 def interleaved(runners: Dict[str, Callable[[], None]], repeats: int, warmup: int = 2) -> Dict[str, float]:
-    """Median seconds per call of each runner, timed round robin (one call of each per round)."""
+    """Median seconds per call of each runner, timed round robin (one call of each per round). The order rotates
+    by one every round: a call runs slower right after one that filled the caches with its own data (measured:
+    about 2.5% for a training step), and no runner should always follow the same one."""
     for _ in range(warmup):
         for run in runners.values():
             run()
-    times = {name: [] for name in runners}
-    for _ in range(repeats):
-        for name, run in runners.items():
+    names = list(runners)
+    times = {name: [] for name in names}
+    for r in range(repeats):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
             start = time.perf_counter()
-            run()
+            runners[name]()
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(t) for name, t in times.items()}
 
