@@ -1,7 +1,7 @@
 r"""
 # Transformer-XL speed on the CPU: fast paths against the plain path and labml_nn, in one process
 
-    python experiments/benchmark.py            # the full table (about 90 seconds on 2 cores)
+    python experiments/benchmark.py            # the full table (about two minutes on 2 cores)
     python experiments/benchmark.py --quick    # a smoke run on tiny sizes
 
 Every number is a ratio of medians of runs interleaved in this process (round robin: one call of each contender
