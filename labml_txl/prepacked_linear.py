@@ -3,20 +3,21 @@ r"""
 
 $y = x W^\top + b$ computes the same whichever kernel runs it; how fast depends on the kernel. `F.linear` on the
 CPU calls MKL's `sgemm`, which repacks $W$ on every call and, on the AMD CPU this project measures on, ran the
-Transformer-XL benchmark's feed-forward product at about 130 GFLOP/s. PyTorch also ships oneDNN, the library
-behind `torch.compile`'s CPU freezing pass: its `mkldnn::_reorder_linear_weight` packs $W$ once into the
-blocked layout its kernels read, and `mkldnn::_linear_pointwise` multiplies by the packed weight (about 200 GFLOP/s
-on the same shapes, `experiments/benchmark.py`).
+Transformer-XL benchmark's products at 130 to 190 GFLOP/s. PyTorch also ships oneDNN, the library behind
+`torch.compile`'s CPU freezing pass: its `mkldnn::_reorder_linear_weight` packs $W$ once into the blocked layout
+its kernels read, and `mkldnn::_linear_pointwise` multiplies by the packed weight (about 200 GFLOP/s on the same
+shapes; `docs/performance.md`).
 
 `inference_linear` uses it where that is safe and pays: without gradients (the op has no backward), float32 on
 the CPU, outside autocast and `torch.compile`, with at least two rows (a single row is a matrix-vector product,
 which `F.linear` does faster). A packed weight is kept per weight tensor while its version counter is unchanged
 (an optimizer step or `load_state_dict` bumps it; `parameter_versions.py` for fused optimizers), so it is packed
-once per evaluation, not per call; it costs one more copy of the weight while the weight lives. Not in training:
-there the weights change at every step, and packing them anew each step (and $W^\top$ for the input's gradient)
-cost more than oneDNN saved (a training step 309 ms against 277 ms with `F.linear`, measured in one process). Results differ from `F.linear`'s by float rounding only (a
-sum in another order). Where the ops are missing (a PyTorch built without oneDNN) or fail their first check,
-`F.linear` runs.
+once per evaluation, not per call; it costs one more copy of the weight while the weight lives.
+
+Not in training: there the weights change at every step, and packing them anew each step (and $W^\top$ for the
+input's gradient) cost more than oneDNN saved (a training step took 309 ms against 277 ms with `F.linear`,
+measured in one process). Results differ from `F.linear`'s by float rounding only (a sum in another order).
+Where the ops are missing (a PyTorch built without oneDNN) or fail their first check, `F.linear` runs.
 """
 import warnings
 from typing import Optional
