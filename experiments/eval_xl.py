@@ -11,7 +11,6 @@ enwik8 with a memory of 2,100 after training with 512). Prints the loss per toke
 import sys
 from typing import Any, Dict, List
 
-
 from labml_txl.cli import parse_overrides, run_script
 from labml_txl.train.runs import load_trained_run
 from labml_txl.train.trainer import mean_loss_over_stream, quality

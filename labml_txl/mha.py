@@ -22,6 +22,7 @@ from torch.nn import functional as F
 from .attention_mask import check_mask, to_batch_head_mask
 from .dropout import Dropout
 from .errors import require_positive_int
+from .relative_attention import from_heads
 
 
 def check_heads(heads: int, d_model: int) -> int:
@@ -112,8 +113,7 @@ class MultiHeadAttention(nn.Module):
             weights = None
 
         # Concatenate the heads: `[batch, heads, seq_q, d_k]` to `[seq_q, batch, d_model]`
-        x = x.permute(2, 0, 1, 3).reshape(seq_q, batch_size, self.d_model)
-        output = self.output(x)
+        output = self.output(from_heads(x))
         if need_weights:
             return output, weights.permute(2, 3, 0, 1)
         return output

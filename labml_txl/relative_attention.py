@@ -231,6 +231,11 @@ def pad_table(table: torch.Tensor, klen: int) -> torch.Tensor:
     return torch.cat([table, zeros], dim=-2)
 
 
+def _pad_entry_bias(r_bias: torch.Tensor, klen: int) -> torch.Tensor:
+    """A per-entry bias `[heads, rlen]` padded with zeros as `pad_table` pads the table it goes with."""
+    return pad_table(r_bias[..., None], klen)[..., 0]
+
+
 def relative_shift_view(x: torch.Tensor, klen: int) -> torch.Tensor:
     r"""
     `relative_shift` as a strided view, without the pad-and-copy: `out[.., i, j] = x[.., i, j + qlen - 1 - i]`.
@@ -277,7 +282,7 @@ def relative_attention_scores_heads(q: torch.Tensor, k: torch.Tensor, r: torch.T
     q_v = q if v is None else q + v[:, None]
     bd = torch.matmul(q_v, pad_table(r, klen).transpose(-1, -2))
     if r_bias is not None:
-        bd = bd + pad_table(r_bias[..., None], klen)[..., 0][:, None]
+        bd = bd + _pad_entry_bias(r_bias, klen)[:, None]
     # Shifted to key positions, `[batch * heads, qlen, klen]` (still a view)
     bd = relative_shift_view(bd, klen).reshape(batch * heads, qlen, klen)
     # $(a) + (c) = (q_i + u)^\top k_j$
@@ -389,7 +394,7 @@ def relative_attention_weights_heads(q: torch.Tensor, k: torch.Tensor, r: torch.
         return masked_softmax_heads(score, masked, zero_masked_rows, inplace=True)
     q_u = q if u is None else q + u[:, None]
     q_v = q if v is None else q + v[:, None]
-    padded_bias = None if r_bias is None else pad_table(r_bias[..., None], klen)[..., 0]
+    padded_bias = None if r_bias is None else _pad_entry_bias(r_bias, klen)
     inputs = [q_u, k, q_v, pad_table(r, klen), padded_bias]
     device_type = q.device.type
     if torch.is_autocast_enabled(device_type):
@@ -432,7 +437,7 @@ def relative_attention_sdpa(q: torch.Tensor, k: torch.Tensor, v_heads: torch.Ten
         q_v = (q if v is None else q + v[:, None]) * scale
         bd = torch.matmul(q_v, pad_table(r, klen).transpose(-1, -2))
         if r_bias is not None:
-            bd = bd + pad_table(r_bias[..., None], klen)[..., 0][:, None] * scale
+            bd = bd + _pad_entry_bias(r_bias, klen)[:, None] * scale
         # $B$: shifted to key positions by a view, then one pass to a contiguous tensor, $-\infty$ where masked
         # (`where` reads the view and the mask once; `masked_fill` would copy the view first)
         bias = relative_shift_view(bd, klen)
@@ -441,10 +446,14 @@ def relative_attention_sdpa(q: torch.Tensor, k: torch.Tensor, v_heads: torch.Ten
     return F.scaled_dot_product_attention(q_u, k, v_heads, attn_mask=bias.to(q_u.dtype), scale=scale)
 
 
-@functools.lru_cache(maxsize=16)
-def _decoder_causal_mask(qlen: int, klen: int, device: torch.device) -> torch.Tensor:
-    """True for key $j$ of query $i$ where $j > (k - q) + i$: the keys after the query's own position."""
+def decoder_causal_mask(qlen: int, klen: int, device: Optional[torch.device] = None) -> torch.Tensor:
+    """`[qlen, klen]`, True for key $j$ of query $i$ where $j > (k - q) + i$: the keys after the query's own
+    position, when the queries are the last `qlen` of the `klen` positions."""
     return torch.ones(qlen, klen, dtype=torch.bool, device=device).triu_(1 + klen - qlen)
+
+
+# The masks `CausalPositionBias.applies` compares with, made once per shape
+_cached_decoder_causal_mask = functools.lru_cache(maxsize=16)(decoder_causal_mask)
 
 
 class CausalPositionBias:
@@ -484,7 +493,7 @@ class CausalPositionBias:
         return (q.device.type == 'cpu' and r.shape[-2] in (klen, klen + 1) and masked is not None
                 and masked.shape == (qlen, klen) and q.dtype == r.dtype and (v is None or v.dtype == q.dtype)
                 and not torch.is_autocast_enabled('cpu') and not torch.compiler.is_compiling()
-                and torch.equal(masked, _decoder_causal_mask(qlen, klen, masked.device)))
+                and torch.equal(masked, _cached_decoder_causal_mask(qlen, klen, masked.device)))
 
     def _buffer(self, heads: int, batch: int, qlen: int, klen: int, like: torch.Tensor) -> torch.Tensor:
         key = (heads, batch, qlen, klen, like.dtype, like.device)

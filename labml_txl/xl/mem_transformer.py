@@ -55,7 +55,7 @@ from torch.nn import functional as F
 
 from ..dropout import Dropout
 from ..errors import require_positive_int
-from ..relative_attention import CausalPositionBias, relative_distances
+from ..relative_attention import CausalPositionBias, decoder_causal_mask, relative_distances
 from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
 from .attention_base import XLAttentionBase
@@ -259,19 +259,21 @@ class MemTransformerLM(nn.Module):
             raise TypeError(f"fast={value!r} is not accepted: True (the fast paths) or False (the original's "
                             f"computation)")
         self._fast = value
-        self._cache = {}
-        self._kv_memo = KeyValueMemo()
-        self._causal_bias.clear()
+        self._drop_caches()
         for module in self.modules():
             if isinstance(module, (XLAttentionBase, PositionwiseFF, Dropout)):
                 module.fast = value
 
     def _apply(self, fn, *args, **kwargs):
         # A new dtype or device: the cached positions and masks are of the old ones
-        self._cache = {}
-        self._kv_memo = KeyValueMemo()
-        self._causal_bias.clear()
+        self._drop_caches()
         return super()._apply(fn, *args, **kwargs)
+
+    def _drop_caches(self) -> None:
+        """Forget the cached positions and masks, the kept keys and values and the position-bias buffer."""
+        self._cache = {}
+        self._kv_memo.clear()
+        self._causal_bias.clear()
 
     def _cached(self, key: tuple, make):
         """`make()`, kept under `key` on the fast path (not while `torch.compile` traces: it folds constants)."""
@@ -310,10 +312,8 @@ class MemTransformerLM(nn.Module):
         """Change the segment, extended-context and memory lengths (e.g. a longer memory for evaluation)."""
         check_lengths(tgt_len, ext_len, mem_len)
         self._check_same_length(self.same_length, mem_len)
-        # Masks with `same_length` depend on `mem_len`: start the cache afresh
-        self._cache = {}
-        self._kv_memo.clear()
-        self._causal_bias.clear()
+        # Masks with `same_length` depend on `mem_len`: start the caches afresh
+        self._drop_caches()
         self.tgt_len = tgt_len
         self.mem_len = mem_len
         self.ext_len = ext_len
@@ -372,14 +372,13 @@ class MemTransformerLM(nn.Module):
     def _attn_mask(self, qlen: int, mlen: int, device: torch.device) -> torch.Tensor:
         """`[qlen, klen, 1]`, True where query $i$ may not see key $j$."""
         klen = mlen + qlen
-        ones = torch.ones(qlen, klen, dtype=torch.bool, device=device)
         # The future: $j > m + i$
-        mask = torch.triu(ones, diagonal=1 + mlen)
+        mask = decoder_causal_mask(qlen, klen, device)
         if self.same_length:
             # Also keys more than `mem_len` before the query, so every query sees the same number
             mask_len = klen - self.mem_len
             mask_shift_len = qlen - mask_len if mask_len > 0 else qlen
-            mask = mask | torch.tril(ones, diagonal=-mask_shift_len)
+            mask = mask | torch.ones(qlen, klen, dtype=torch.bool, device=device).tril_(-mask_shift_len)
         return mask[:, :, None]
 
     def _positions(self, qlen: int, klen: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

@@ -58,8 +58,7 @@ class MultiHeadAttn(XLAttentionBase):
         r"""$\mathop{softmax}_j(q_i^\top k_j / \sqrt{d_{head}}) v_j$ by `scaled_dot_product_attention`, head-major;
         returns the concatenated heads `[qlen, bsz, n_head * d_head]`."""
         head_q = to_heads(self.q_net(c[c.shape[0] - qlen:]), self.n_head, self.d_head)
-        kv = self.kv_net(c)
-        kv = kv.reshape(kv.shape[0], kv.shape[1], 2, self.n_head, self.d_head).permute(2, 1, 3, 0, 4)
+        kv = self._kv_view(self.kv_net(c))
         if attn_mask is not None and self.zero_masked_rows:
             # A fully masked row must give zero weights, which SDPA does not promise: the explicit softmax
             score = torch.matmul(head_q, kv[0].transpose(-1, -2)) * self._fold_scale
