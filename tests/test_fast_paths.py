@@ -289,7 +289,7 @@ def test_cached_positions_see_loaded_frequencies():
 # -- the causal position bias of the SDPA path --
 
 def _naive_causal_bias(q, r, v, scale, mlen):
-    """$B_{i,j} = \mathit{scale}\,(q_i + v)^\top r_{(k - 1) - (m + i - j)}$ for $j \le m + i$, else $-\infty$: one
+    r"""$B_{i,j} = \mathit{scale}\,(q_i + v)^\top r_{(k - 1) - (m + i - j)}$ for $j \le m + i$, else $-\infty$: one
     entry at a time, with the table entry of each distance looked up directly."""
     batch, heads, qlen, _ = q.shape
     klen = mlen + qlen
