@@ -78,17 +78,20 @@ def _packed_weight(weight: torch.Tensor, rows: int) -> torch.Tensor:
     return entry[1]
 
 
-def inference_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+def inference_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+                     relu: bool = False) -> torch.Tensor:
     r"""
-    $x W^\top + b$ as `F.linear`; without gradients on the CPU in float32, through oneDNN with `weight` prepacked.
+    $x W^\top + b$ as `F.linear` (and $\max(0, \cdot)$ of it with `relu`); without gradients on the CPU in float32,
+    through oneDNN with `weight` prepacked, the bias and the ReLU applied by the product as it writes its output.
 
     Shape:
         `x` `[..., in_features]`, `weight` `[out_features, in_features]`, `bias` `[out_features]` or None;
         returns `[..., out_features]`.
     """
     if not _usable(x, weight):
-        return F.linear(x, weight, bias)
+        y = F.linear(x, weight, bias)
+        return torch.relu_(y) if relu else y
     rows = x.numel() // x.shape[-1]
     y = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]).contiguous(), _packed_weight(weight, rows),
-                                           bias, 'none', [], '')
+                                           bias, 'relu' if relu else 'none', [], '')
     return y.view(*x.shape[:-1], weight.shape[0])

@@ -82,3 +82,20 @@ def test_f_linear_runs_where_the_packed_weight_must_not(count_calls, case):
             y = inference_linear(x, weight, bias)
             assert torch.equal(y, F.linear(x, weight, bias))
     assert calls == {}
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float64], ids=['onednn', 'f-linear'])
+def test_relu_is_applied_by_the_product(count_calls, dtype):
+    """`relu=True`: $\\max(0, x W^\\top + b)$, by oneDNN's product itself where it runs (one call, no other pass),
+    by `F.linear` and an in-place ReLU where it does not."""
+    weight, bias, x = (torch.randn(*shape, dtype=dtype) for shape in ((48, 32), (48,), (9, 32)))
+    calls = count_calls(torch.ops.mkldnn, ['_linear_pointwise'])
+    with torch.no_grad():
+        y = inference_linear(x, weight, bias, relu=True)
+    expected = torch.relu(F.linear(x, weight, bias))
+    assert (y == 0).any() and (y > 0).any()
+    if dtype == torch.float32 and torch.backends.mkldnn.is_available():
+        assert calls == {'_linear_pointwise': 1}
+        torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
+    else:
+        assert calls == {} and torch.equal(y, expected)

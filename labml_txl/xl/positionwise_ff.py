@@ -57,7 +57,12 @@ class PositionwiseFF(nn.Module):
         linear = inference_linear if self.fast else F.linear
         # On `[seq * batch, d]`: the product is then a tensor of its own, not a view, so the in-place step needs no
         # copy in autograd's backward
-        h = relu_dropout_(linear(x.reshape(-1, x.shape[-1]), linear_1.weight, linear_1.bias), dropout_1)
+        x_rows = x.reshape(-1, x.shape[-1])
+        if self.fast and not (dropout_1.training and dropout_1.p > 0):
+            # No dropout to apply: the ReLU by the product itself where oneDNN runs it
+            h = inference_linear(x_rows, linear_1.weight, linear_1.bias, relu=True)
+        else:
+            h = relu_dropout_(linear(x_rows, linear_1.weight, linear_1.bias), dropout_1)
         return dropout_2(linear(h, linear_2.weight, linear_2.bias)).view(x.shape[:-1] + (-1,))
 
     def forward(self, inp: torch.Tensor) -> torch.Tensor:
