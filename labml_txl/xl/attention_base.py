@@ -132,12 +132,14 @@ class XLAttentionBase(nn.Module):
         return self.layer_norm(w + attn_out)
 
     def _qkv_heads(self, qkv_net: nn.Linear, w: torch.Tensor, mems: Optional[torch.Tensor],
-                   contiguous_queries: bool = True):
+                   contiguous_queries: bool = True, query_bias: Optional[torch.Tensor] = None):
         r"""
         Head-major queries of the segment `w` and keys and values of the memory followed by the segment, each
         `[bsz, n_head, len, d_head]`, from the joint projection `qkv_net` ($[W_q; W_k; W_v]$). The keys and values
         are contiguous; the queries too with `contiguous_queries`, else they are a view of the projection
-        (`[qlen, bsz, n_head, d_head]` in memory), for a consumer that reads any layout.
+        (`[qlen, bsz, n_head, d_head]` in memory), for a consumer that reads any layout. `query_bias`
+        `[n_head, d_head]` (or None) is added to the queries by the projection, as its bias: $q + u$ with no pass
+        of its own.
 
         The original projects `[mems, w]` with all three and drops the memory's queries. Here the segment gets
         all three and the memory only $W_k, W_v$ (a third of that product saved), and since the memory carries no
@@ -147,9 +149,11 @@ class XLAttentionBase(nn.Module):
         input row (`LayerNorm` too, with `pre_lnorm`).
         """
         hd = self.n_head * self.d_head
+        # The bias $[u; 0; 0]$ of the joint projection, or none
+        bias = None if query_bias is None else torch.cat([query_bias.reshape(hd), query_bias.new_zeros(2 * hd)])
         # $[W_q; W_k; W_v] h$ of the segment, `[qlen, bsz, 3 * n_head * d_head]` (without gradients through oneDNN
         # with the weight prepacked, `prepacked_linear.py`)
-        qkv = inference_linear(self.layer_norm(w) if self.pre_lnorm else w, qkv_net.weight)
+        qkv = inference_linear(self.layer_norm(w) if self.pre_lnorm else w, qkv_net.weight, bias)
         # (`split` and `unbind` rather than slices: their backward pass concatenates, with no zero-filled gradient)
         q, kv = qkv.split([hd, 2 * hd], dim=-1)
         if contiguous_queries:

@@ -82,16 +82,18 @@ class RelPartialLearnableMultiHeadAttn(XLAttentionBase):
             raise ValueError("r_w_bias and r_r_bias are required: this layer was built with untie_r=False, "
                              "so the model passes its shared biases u and v")
         if self.fast:
-            sdpa = self._use_sdpa_bias()
-            # Head-major `[bsz, n_head, len, d_head]`; the table `[n_head, rlen, d_head]`. SDPA reads the queries
-            # in the projection's layout (no copy), and its output comes back in that layout, which `from_heads`
-            # then only views.
-            head_q, head_k, head_v = self._qkv_heads(self.qkv_net, w, mems, contiguous_queries=not sdpa)
             r_head_k = self._projected_table(r)
-            if sdpa:
-                attn_vec = relative_attention_sdpa(head_q, head_k, head_v, r_head_k, r_w_bias, r_r_bias,
+            if self._use_sdpa_bias():
+                # Head-major `[bsz, n_head, len, d_head]`, the table `[n_head, rlen, d_head]`. The projection adds
+                # $u$ to the queries (its bias), so $Q + v = (Q + u) + (v - u)$. SDPA reads the queries in the
+                # projection's layout (no copy), and its output comes back in that layout, which `from_heads`
+                # then only views.
+                head_q_u, head_k, head_v = self._qkv_heads(self.qkv_net, w, mems, contiguous_queries=False,
+                                                           query_bias=r_w_bias)
+                attn_vec = relative_attention_sdpa(head_q_u, head_k, head_v, r_head_k, None, r_r_bias - r_w_bias,
                                                    self.scale, heads_mask(attn_mask), causal_bias=self.causal_bias)
                 return self._output(w, from_heads(attn_vec))
+            head_q, head_k, head_v = self._qkv_heads(self.qkv_net, w, mems)
             if self.round_scores_to_float32:
                 score = relative_attention_scores_heads(head_q, head_k, r_head_k, r_w_bias, r_r_bias,
                                                         scale=self._fold_scale)
