@@ -467,19 +467,20 @@ def test_benchmark_measures_every_row_on_tiny_sizes():
 def test_generation_steps_project_nothing_of_the_past():
     """With a full memory, every product of a step has one row: the memory's keys and values and the projected
     distance table are kept from the step before (no-grad evaluation), not recomputed."""
-    from torch.nn import functional as F
-    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
 
     torch.manual_seed(0)
     model = MemTransformerLM(**small_config(tgt_len=8, mem_len=8))
     events = []
+    # The kernels a linear layer reaches: MKL's (`F.linear`) and oneDNN's (`inference_linear`)
+    linear_kernels = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
+                      torch.ops.mkldnn._linear_pointwise.default)
 
-    class RowsOfProducts(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            if func is F.linear:
-                # Positions in the product: `[seq, bsz, d]` inputs, or `[seq * bsz, d]` for the softmax layer
-                shape = args[0].shape
-                events.append(shape[0] if len(shape) == 3 else shape[0] // 2)
+    class RowsOfProducts(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func in linear_kernels:
+                # Positions in the product: its rows are `[seq * bsz]` with bsz = 2
+                events.append(args[1 if func is torch.ops.aten.addmm.default else 0].shape[0] // 2)
             return func(*args, **(kwargs or {}))
 
     model.word_emb.register_forward_hook(lambda module, args, output: events.append(('step', args[0].shape[0])))

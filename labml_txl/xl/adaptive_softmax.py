@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..prepacked_linear import inference_linear
 from .checks import check_adaptive, cluster_embedding_sizes
 
 
@@ -48,6 +49,9 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
         self.cutoffs: List[int] = check_adaptive(n_token, d_embed, d_proj, cutoffs, div_val)
         self.cutoff_ends: List[int] = [0] + self.cutoffs
         self.n_token, self.d_embed, self.d_proj, self.div_val = n_token, d_embed, d_proj, div_val
+        # Without gradients, the products through oneDNN with prepacked weights (`prepacked_linear.py`);
+        # `MemTransformerLM.fast` sets it
+        self.fast = True
         self.shortlist_size = self.cutoffs[0]
         self.n_clusters = len(self.cutoffs) - 1
         self.head_size = self.shortlist_size + self.n_clusters
@@ -74,14 +78,15 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
         """$P_i$, or None when there are no projections."""
         return self.out_projs[i] if len(self.out_projs) > 0 else None
 
-    @staticmethod
-    def _compute_logit(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+    def _compute_logit(self, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                        proj: Optional[torch.Tensor]) -> torch.Tensor:
         if proj is not None:
             # $h P_i$
             hidden = F.linear(hidden, proj.t())
+        # A parameter as it is (not a slice or a concatenation, new at every call) is packed once for oneDNN
+        linear = inference_linear if self.fast and isinstance(weight, nn.Parameter) else F.linear
         # $(h P_i) W_i^\top + b_i$
-        return F.linear(hidden, weight, bias)
+        return linear(hidden, weight, bias)
 
     def _cluster_params(self, i: int) -> Tuple[torch.Tensor, torch.Tensor]:
         """$W_i$ and $b_i$ of cluster `i`; the head's include the cluster entries."""

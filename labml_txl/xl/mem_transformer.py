@@ -261,7 +261,7 @@ class MemTransformerLM(nn.Module):
         self._fast = value
         self._drop_caches()
         for module in self.modules():
-            if isinstance(module, (XLAttentionBase, PositionwiseFF, Dropout)):
+            if isinstance(module, (XLAttentionBase, PositionwiseFF, ProjectedAdaptiveLogSoftmax, Dropout)):
                 module.fast = value
 
     def _apply(self, fn, *args, **kwargs):
