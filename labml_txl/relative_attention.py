@@ -170,14 +170,16 @@ def relative_attention_scores(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor,
     return ac + bd
 
 
-def masked_softmax(scores: torch.Tensor, masked: Optional[torch.Tensor], dim: int = 1) -> torch.Tensor:
+def masked_softmax(scores: torch.Tensor, masked: Optional[torch.Tensor], dim: int = 1,
+                   zero_masked_rows: bool = True) -> torch.Tensor:
     r"""
     Softmax over keys with the `masked` entries (True) left out, safe in fp16 and bf16.
 
     Masked scores are filled with the most negative number of the scores' own dtype rather than $-\infty$
     (no `inf - inf`), fp16 and bf16 scores are normalised in float32 and cast back (nothing overflows), and
     the weights of masked keys are set to zero afterwards: a row whose keys are all masked gets all-zero
-    weights (it attends to nothing) instead of NaN.
+    weights (it attends to nothing) instead of NaN. `zero_masked_rows=False` leaves that second fill out, for
+    masks that leave every row a key (see `masked_softmax_heads`): the original's fill and softmax, no more.
 
     Shape:
         `scores` `[qlen, klen, batch, heads]`; `masked` `[qlen, klen, batch or 1]` (or `[qlen, klen]`), True
@@ -192,7 +194,7 @@ def masked_softmax(scores: torch.Tensor, masked: Optional[torch.Tensor], dim: in
         probs = F.softmax(scores, dim=dim, dtype=torch.float32).to(scores.dtype)
     else:
         probs = F.softmax(scores, dim=dim)
-    if masked is not None:
+    if masked is not None and zero_masked_rows:
         # Exact zeros already, except in a row with every key masked: that row attends to nothing
         probs = probs.masked_fill(masked, 0.0)
     return probs

@@ -85,7 +85,7 @@ class XLAttentionBase(nn.Module):
         if self.round_scores_to_float32:
             score = score.float().to(score.dtype)
         # $\mathop{softmax}_j(A_{i,j} / \sqrt{d_{head}})$
-        attn_prob = masked_softmax(score, attn_mask, dim=1)
+        attn_prob = masked_softmax(score, attn_mask, dim=1, zero_masked_rows=self.zero_masked_rows)
         attn_prob = self.dropatt(attn_prob)
         # $\sum_j p_{i,j} v_j$
         attn_vec = torch.einsum('ijbn,jbnd->ibnd', attn_prob, head_v)

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from torch.nn import functional as F
 
 from labml_txl.attention_mask import subsequent_mask
 from labml_txl.relative_attention import (masked_softmax, relative_attention_scores, relative_distances,
@@ -203,6 +204,22 @@ def test_fully_masked_row_is_finite():
         assert probs.dtype == dtype and torch.isfinite(probs).all()
         assert (probs[0] == 0).all()
         torch.testing.assert_close(probs[1:].float().sum(1), torch.ones(2, 2, 2), atol=1e-2, rtol=0)
+
+
+def test_masked_softmax_without_the_second_fill_is_the_originals_fill_and_softmax():
+    """`zero_masked_rows=False` (the decoder's masks, which leave every query a key): the original's masked fill
+    and softmax, the same numbers as with the second fill; only a fully masked row tells the two apart."""
+    torch.manual_seed(8)
+    scores = torch.randn(5, 7, 2, 3)
+    causal = torch.ones(5, 7, dtype=torch.bool).triu_(3)[:, :, None]
+    original = F.softmax(scores.masked_fill(causal[..., None], -float('inf')), dim=1)
+    assert torch.equal(masked_softmax(scores, causal, zero_masked_rows=False), original)
+    assert torch.equal(masked_softmax(scores, causal), original)
+    everything = torch.ones(5, 7, 1, dtype=torch.bool)
+    assert (masked_softmax(scores, everything) == 0).all()
+    # Without the fill a fully masked row spreads its weight evenly (finite, no NaN)
+    torch.testing.assert_close(masked_softmax(scores, everything, zero_masked_rows=False),
+                               torch.full_like(scores, 1 / 7))
 
 
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
