@@ -18,8 +18,8 @@ $$r_i \ge t, \qquad t = \mathop{round}(p \cdot 2^{31}),$$
 so $P(m_i = 1) = 1 - t / 2^{31}$, within $2^{-32}$ of $1 - p$. The integers come two to a 64-bit draw of the same
 generator: `random_()` on `int64` is uniform on $[0, 2^{63})$, so the two 32-bit halves of a draw, each with its top
 bit cleared, are two independent uniform 31-bit integers (whatever the byte order). That is less than half the
-time of `bernoulli_`. The mask is kept as $\frac{m}{1-p}$ in the input's dtype, so forward and backward are one
-product each (the float mask takes 4 bytes an element where `nn.Dropout` keeps 1).
+time of `bernoulli_`. The mask is kept as booleans (one byte an element, as `nn.Dropout`'s); forward and backward
+are each a fill of the dropped elements and a product by $\frac{1}{1-p}$, with no float copy of the mask.
 The masks come from the default generator, so `torch.manual_seed` and saved RNG states reproduce them; they are
 not the masks `nn.Dropout` draws from the same seed.
 
@@ -58,17 +58,36 @@ class Dropout(nn.Dropout):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.draws_own_mask(x):
             return super().forward(x)
-        # $\frac{m}{1 - p}$
-        mask = _keep(x.shape, self.p).to(x.dtype).mul_(1 / (1 - self.p))
-        return x * mask
+        return _Dropout.apply(x, self.p)
 
 
-def _keep(shape: torch.Size, p: float) -> torch.Tensor:
-    """$m$: True where an element is kept, with probability $1 - p$ (to within $2^{-32}$)."""
+def _dropped(shape: torch.Size, p: float) -> torch.Tensor:
+    """$1 - m$: True where an element is dropped, with probability $p$ (to within $2^{-32}$)."""
     n = shape.numel()
-    # $r_i$ uniform on $[0, 2^{31})$: the halves of 63-bit draws without their top bits; keep where $r_i \ge t$
+    # $r_i$ uniform on $[0, 2^{31})$: the halves of 63-bit draws without their top bits; dropped where $r_i < t$
     halves = torch.empty((n + 1) // 2, dtype=torch.int64).random_().view(torch.int32)[:n]
-    return halves.bitwise_and_(0x7FFFFFFF).view(shape) >= round(p * 2 ** 31)
+    return halves.bitwise_and_(0x7FFFFFFF).view(shape) < round(p * 2 ** 31)
+
+
+def _scale(p: float, dtype: torch.dtype) -> float:
+    """$\frac{1}{1-p}$ rounded to `dtype` first, as `nn.Dropout`'s mask holds it."""
+    return torch.tensor(1 / (1 - p), dtype=dtype).item()
+
+
+class _Dropout(torch.autograd.Function):
+    r"""$\frac{m\,x}{1 - p}$ with $m$ kept as booleans; the backward pass is the same step on the gradient."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, p: float) -> torch.Tensor:
+        dropped, scale = _dropped(x.shape, p), _scale(p, x.dtype)
+        ctx.save_for_backward(dropped)
+        ctx.scale = scale
+        return x.masked_fill(dropped, 0).mul_(scale)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        dropped, = ctx.saved_tensors
+        return grad.masked_fill(dropped, 0).mul_(ctx.scale), None
 
 
 class _ReLUDropoutInPlace(torch.autograd.Function):
@@ -76,9 +95,8 @@ class _ReLUDropoutInPlace(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, p: float) -> torch.Tensor:
-        # $\frac{1}{1-p}$ rounded to `h`'s dtype first, as `Dropout`'s mask (and `nn.Dropout`'s) holds it
-        scale = torch.tensor(1 / (1 - p), dtype=h.dtype).item()
-        h.relu_().mul_(_keep(h.shape, p)).mul_(scale)
+        scale = _scale(p, h.dtype)
+        h.relu_().masked_fill_(_dropped(h.shape, p), 0).mul_(scale)
         ctx.mark_dirty(h)
         ctx.save_for_backward(h)
         ctx.scale = scale
