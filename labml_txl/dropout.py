@@ -11,15 +11,20 @@ about 7 ns an element: each element costs a 64-bit uniform double from the Merse
 kernel is taken on Intel CPUs only). A Transformer-XL training step drops about 7 million elements, so the masks
 were a sixth of the step (`docs/performance.md`).
 
-`Dropout` here draws a uniform 31-bit integer $r_i$ per element instead and keeps the element when
+`Dropout` here draws a uniform 16-bit integer $r_i$ per element instead, on $[-2^{15}, 2^{15})$, and drops the
+element when
 
-$$r_i \ge t, \qquad t = \mathop{round}(p \cdot 2^{31}),$$
+$$r_i < t - 2^{15}, \qquad t = \mathop{round}(p \cdot 2^{16}),$$
 
-so $P(m_i = 1) = 1 - t / 2^{31}$, within $2^{-32}$ of $1 - p$. The integers come two to a 64-bit draw of the same
-generator: `random_()` on `int64` is uniform on $[0, 2^{63})$, so the two 32-bit halves of a draw, each with its top
-bit cleared, are two independent uniform 31-bit integers (whatever the byte order). That is less than half the
-time of `bernoulli_`. The mask is kept as booleans (one byte an element, as `nn.Dropout`'s); forward and backward
-are each a fill of the dropped elements and a product by $\frac{1}{1-p}$, with no float copy of the mask.
+so it drops with probability $p' = t / 2^{16}$, within $2^{-17}$ of $p$ (0.1 becomes 0.10000610), and scales
+what it keeps by $\frac{1}{1 - p'}$: the expectation is unchanged exactly. The integers come four to a draw of the
+same generator: `random_(-2**63, None)` on `int64` is uniform over all 64 bits, and its four 16-bit pieces are four
+independent uniform integers (whatever the byte order). A draw costs two 32-bit outputs of the Mersenne Twister,
+so an element costs half of one: a mask of a million elements took 1.3 ms here, against 8 to 12 ms with
+`bernoulli_` and 2.3 ms with two 31-bit integers to a draw (this module's masks before). Where $t$ would be 0 or $2^{16}$
+($p$ within $2^{-17}$ of 0 or 1) this is `nn.Dropout`. The mask is kept as booleans (one byte an element, as
+`nn.Dropout`'s); forward and backward each zero the dropped elements (`torch.where`) and multiply by
+$\frac{1}{1-p'}$, with no float copy of the mask.
 The masks come from the default generator, so `torch.manual_seed` and saved RNG states reproduce them; they are
 not the masks `nn.Dropout` draws from the same seed.
 
@@ -28,7 +33,7 @@ own random numbers) this is `nn.Dropout`.
 
 `relu_dropout_` is $\mathop{dropout}(\max(0, h))$ in place on a fresh product $h$, for a feed-forward layer: the
 same mask from the same draws, no mask kept for the backward pass (the output says where the gradient passes:
-$\partial / \partial h_i = \frac{1}{1-p}$ where the output is positive, else 0) and no tensor allocated.
+$\partial / \partial h_i = \frac{1}{1-p'}$ where the output is positive, else 0) and no tensor allocated.
 """
 import torch
 from torch import nn
@@ -36,7 +41,7 @@ from torch import nn
 
 class Dropout(nn.Dropout):
     """
-    `nn.Dropout` with the mask drawn from 31-bit integers on the CPU (see the module docstring).
+    `nn.Dropout` with the mask drawn from 16-bit integers on the CPU (see the module docstring).
 
     Args:
         p: probability that an element is zeroed, in [0, 1].
@@ -51,9 +56,9 @@ class Dropout(nn.Dropout):
         self.fast = True
 
     def draws_own_mask(self, x: torch.Tensor) -> bool:
-        """Whether `forward(x)` draws the 31-bit mask (else it is `nn.Dropout`'s `forward`)."""
-        return (self.training and 0 < self.p < 1 and self.fast and x.device.type == 'cpu' and x.is_floating_point()
-                and not torch.compiler.is_compiling())
+        """Whether `forward(x)` draws the 16-bit mask (else it is `nn.Dropout`'s `forward`)."""
+        return (self.training and 0 < _threshold(self.p) < 2 ** 16 and self.fast and x.device.type == 'cpu'
+                and x.is_floating_point() and not torch.compiler.is_compiling())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.draws_own_mask(x):
@@ -61,33 +66,39 @@ class Dropout(nn.Dropout):
         return _Dropout.apply(x, self.p)
 
 
+def _threshold(p: float) -> int:
+    """$t = \mathop{round}(p \cdot 2^{16})$: an element is dropped with probability $p' = t / 2^{16}$."""
+    return round(p * 2 ** 16)
+
+
 def _dropped(shape: torch.Size, p: float) -> torch.Tensor:
-    """$1 - m$: True where an element is dropped, with probability $p$ (to within $2^{-32}$)."""
+    """$1 - m$: True where an element is dropped, with probability $p'$ (within $2^{-17}$ of $p$)."""
     n = shape.numel()
-    # $r_i$ uniform on $[0, 2^{31})$: the halves of 63-bit draws without their top bits; dropped where $r_i < t$
-    halves = torch.empty((n + 1) // 2, dtype=torch.int64).random_().view(torch.int32)[:n]
-    return halves.bitwise_and_(0x7FFFFFFF).view(shape) < round(p * 2 ** 31)
+    # $r_i$ uniform on $[-2^{15}, 2^{15})$: the four 16-bit pieces of 64-bit draws; dropped where $r_i < t - 2^{15}$
+    draws = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-2 ** 63, None)
+    return draws.view(torch.int16)[:n].view(shape) < _threshold(p) - 2 ** 15
 
 
 def _scale(p: float, dtype: torch.dtype) -> float:
-    """$\frac{1}{1-p}$ rounded to `dtype` first, as `nn.Dropout`'s mask holds it."""
-    return torch.tensor(1 / (1 - p), dtype=dtype).item()
+    """$\frac{1}{1-p'}$ rounded to `dtype` first, as `nn.Dropout`'s mask holds its $\frac{1}{1-p}$."""
+    return torch.tensor(1 / (1 - _threshold(p) / 2 ** 16), dtype=dtype).item()
 
 
 class _Dropout(torch.autograd.Function):
-    r"""$\frac{m\,x}{1 - p}$ with $m$ kept as booleans; the backward pass is the same step on the gradient."""
+    r"""$\frac{m\,x}{1 - p'}$ with $m$ kept as booleans; the backward pass is the same step on the gradient."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, p: float) -> torch.Tensor:
         dropped, scale = _dropped(x.shape, p), _scale(p, x.dtype)
         ctx.save_for_backward(dropped)
         ctx.scale = scale
-        return x.masked_fill(dropped, 0).mul_(scale)
+        # (`where` rather than `masked_fill`: about a fifth faster on the CPU)
+        return torch.where(dropped, 0.0, x).mul_(scale)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         dropped, = ctx.saved_tensors
-        return grad.masked_fill(dropped, 0).mul_(ctx.scale), None
+        return torch.where(dropped, 0.0, grad).mul_(ctx.scale), None
 
 
 class _ReLUDropoutInPlace(torch.autograd.Function):
@@ -96,7 +107,7 @@ class _ReLUDropoutInPlace(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h: torch.Tensor, p: float) -> torch.Tensor:
         scale = _scale(p, h.dtype)
-        h.relu_().masked_fill_(_dropped(h.shape, p), 0).mul_(scale)
+        torch.where(_dropped(h.shape, p), h.new_zeros(()), h.relu_(), out=h).mul_(scale)
         ctx.mark_dirty(h)
         ctx.save_for_backward(h)
         ctx.scale = scale
@@ -105,7 +116,7 @@ class _ReLUDropoutInPlace(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         out, = ctx.saved_tensors
-        # $\frac{1}{1-p}$ where the output is positive (kept and $h_i > 0$), else 0
+        # $\frac{1}{1-p'}$ where the output is positive (kept and $h_i > 0$), else 0
         return torch.ops.aten.threshold_backward(grad, out, 0).mul_(ctx.scale), None
 
 
