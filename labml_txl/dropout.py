@@ -21,8 +21,8 @@ what it keeps by $\frac{1}{1 - p'}$: the expectation is unchanged exactly. The i
 same generator: `random_(-2**63, None)` on `int64` is uniform over all 64 bits, and its four 16-bit pieces are four
 independent uniform integers (whatever the byte order). A draw costs two 32-bit outputs of the Mersenne Twister,
 so an element costs half of one: a mask of a million elements took 1.3 ms here, against 8 to 12 ms with
-`bernoulli_` and 2.3 ms with two 31-bit integers to a draw (this module's masks before). Where $t$ would be 0 or $2^{16}$
-($p$ within $2^{-17}$ of 0 or 1) this is `nn.Dropout`. The mask is kept as booleans (one byte an element, as
+`bernoulli_` and 2.3 ms with two 31-bit integers to a draw (this module's masks before). Where $t$ would be 0 or
+$2^{16}$ ($p$ within $2^{-17}$ of 0 or 1) this is `nn.Dropout`. The mask is kept as booleans (one byte an element, as
 `nn.Dropout`'s); forward and backward each zero the dropped elements (`torch.where`) and multiply by
 $\frac{1}{1-p'}$, with no float copy of the mask.
 The masks come from the default generator, so `torch.manual_seed` and saved RNG states reproduce them; they are
@@ -67,7 +67,7 @@ class Dropout(nn.Dropout):
 
 
 def _threshold(p: float) -> int:
-    """$t = \mathop{round}(p \cdot 2^{16})$: an element is dropped with probability $p' = t / 2^{16}$."""
+    r"""$t = \mathop{round}(p \cdot 2^{16})$: an element is dropped with probability $p' = t / 2^{16}$."""
     return round(p * 2 ** 16)
 
 
@@ -80,7 +80,7 @@ def _dropped(shape: torch.Size, p: float) -> torch.Tensor:
 
 
 def _scale(p: float, dtype: torch.dtype) -> float:
-    """$\frac{1}{1-p'}$ rounded to `dtype` first, as `nn.Dropout`'s mask holds its $\frac{1}{1-p}$."""
+    r"""$\frac{1}{1-p'}$ rounded to `dtype` first, as `nn.Dropout`'s mask holds its $\frac{1}{1-p}$."""
     return torch.tensor(1 / (1 - _threshold(p) / 2 ** 16), dtype=dtype).item()
 
 
