@@ -1,5 +1,5 @@
 """
-`labml_txl.dropout.Dropout`: a Bernoulli(1 - p) mask from 31-bit integers, scaled by 1 / (1 - p), checked against
+`labml_txl.dropout.Dropout`: a Bernoulli(1 - p') mask from 16-bit integers, scaled by 1 / (1 - p'), checked against
 the binomial distribution, the scaling and gradient it must have, and `nn.Dropout` where it stands in for it.
 """
 import math

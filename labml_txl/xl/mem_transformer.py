@@ -115,7 +115,7 @@ class MemTransformerLM(nn.Module):
             only for the segment, position embeddings and masks cached across segments, the memory's keys and
             values kept from the segment before in no-grad evaluation, in no-grad evaluation on the CPU the
             causal position bias from a kept buffer and the layers' products through oneDNN with prepacked
-            weights (`prepacked_linear.py`), dropout masks from 31-bit integers on the CPU
+            weights (`prepacked_linear.py`), dropout masks from 16-bit integers on the CPU
             (`labml_txl/dropout.py`, `docs/performance.md`). `model.fast = False` runs the original's
             computation; without dropout the two agree to float rounding (with it they draw different masks from
             the same seed). An attribute, not a constructor keyword: it chooses how to compute, not what, so
