@@ -189,16 +189,17 @@ def products_runner(cfg: BenchConfig) -> Callable[[], None]:
     Only the products of one evaluation segment of the fast path, at its shapes and with its kernels, with a full
     memory whose keys and values are kept: per layer $[W_q; W_k; W_v]$ of the segment, $(Q + v) R^\top$ (one
     product per head over the batch), the attention kernel (SDPA with the position bias), $W_o$ and the two
-    feed-forward layers (oneDNN with prepacked weights, `inference_linear`); then the softmax layer. Nothing else
-    (no layer norm, residual, ReLU, copy, mask or memory update). An implementation that computes these products
-    with these kernels on this machine evaluates no faster than this: its tokens/s bound the fast path's.
+    feed-forward layers (oneDNN with prepacked weights, `inference_linear`, adding $u$ to the queries and applying
+    the ReLU as the fast path's products do); then the softmax layer (oneDNN too). Nothing else (no layer norm,
+    residual, copy, mask or memory update). An implementation that computes these products with these kernels on
+    this machine evaluates no faster than this: its tokens/s bound the fast path's.
     """
     q, m, b, d, h, dh = cfg.tgt_len, cfg.mem_len, cfg.batch, cfg.d_model, cfg.n_head, cfg.d_head
     k, rows = q + m, q * b
     x, x_inner = torch.randn(rows, d), torch.randn(rows, cfg.d_inner)
     heads_q, heads_kv = torch.randn(b, h, q, dh), torch.randn(b, h, k, dh)
     queries_by_head, table, bias = torch.randn(h, b * q, dh), torch.randn(h, dh, k), torch.randn(b, h, q, k)
-    w_qkv, w_o = torch.randn(3 * h * dh, d), torch.randn(d, h * dh)
+    w_qkv, b_qkv, w_o = torch.randn(3 * h * dh, d), torch.randn(3 * h * dh), torch.randn(d, h * dh)
     w_1, b_1 = torch.randn(cfg.d_inner, d), torch.randn(cfg.d_inner)
     w_2, b_2 = torch.randn(d, cfg.d_inner), torch.randn(d)
     w_out, b_out = torch.randn(cfg.n_token, d), torch.randn(cfg.n_token)
@@ -206,13 +207,13 @@ def products_runner(cfg: BenchConfig) -> Callable[[], None]:
     def segment():
         with torch.no_grad():
             for _ in range(cfg.n_layer):
-                inference_linear(x, w_qkv)
+                inference_linear(x, w_qkv, b_qkv)
                 torch.bmm(queries_by_head, table)
                 F.scaled_dot_product_attention(heads_q, heads_kv, heads_kv, attn_mask=bias)
                 inference_linear(x, w_o)
-                inference_linear(x, w_1, b_1)
+                inference_linear(x, w_1, b_1, relu=True)
                 inference_linear(x_inner, w_2, b_2)
-            F.linear(x, w_out, b_out)
+            inference_linear(x, w_out, b_out)
     return segment
 
 
