@@ -207,3 +207,26 @@ def test_generation_step_by_step_equals_one_pass(softmax):
     token = whole[-1].exp().multinomial(1).T
     assert token.shape == (1, 2)
     assert model.log_probs(token, mems)[0].shape == (1, 2, 40)
+
+
+@pytest.mark.parametrize('attn_type', [0, 1, 2])
+def test_plain_path_softmax_is_the_originals(attn_type):
+    """`fast = False` is the original's computation down to its passes: one masked fill of the scores per layer
+    before the softmax, none after it (the model's masks leave every query a key, so the fill that gives fully
+    masked rows zero weights is left out, as on the fast path)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    model = small_model(attn_type=attn_type)
+    model.fast = False
+    fills = []
+
+    class CountFills(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func in (torch.ops.aten.masked_fill.Scalar, torch.ops.aten.masked_fill_.Scalar):
+                fills.append(func)
+            return func(*args, **(kwargs or {}))
+
+    data = torch.randint(40, (5, 2))
+    with torch.no_grad(), CountFills():
+        model(data, data)
+    assert len(fills) == model.n_layer
