@@ -510,3 +510,20 @@ def test_masked_softmax_heads_leaves_its_input_alone_unless_asked():
     expected = masked_softmax(scores.permute(2, 3, 0, 1), masked, dim=1).permute(2, 3, 0, 1)
     torch.testing.assert_close(probs, expected)
     assert torch.equal(probs[:, :, 1], torch.zeros(2, 3, 6))
+
+
+def test_fast_switches_every_part_with_a_fast_path():
+    """`model.fast` reaches each part that has a path of its own: attention, feed-forward, softmax layer, dropout."""
+    from torch import nn
+
+    from labml_txl.xl import PositionwiseFF, ProjectedAdaptiveLogSoftmax
+    from labml_txl.xl.attention_base import XLAttentionBase
+
+    for attn_type in (0, 1, 2):
+        model = MemTransformerLM(**small_config(attn_type=attn_type, dropout=0.1))
+        parts = [m for m in model.modules()
+                 if isinstance(m, (XLAttentionBase, PositionwiseFF, ProjectedAdaptiveLogSoftmax, nn.Dropout))]
+        assert len(parts) == 2 * model.n_layer + 1 + (1 + 4 * model.n_layer)
+        for value in (False, True):
+            model.fast = value
+            assert model.fast is value and all(m.fast is value for m in parts)

@@ -58,14 +58,12 @@ from ..errors import require_positive_int
 from ..relative_attention import CausalPositionBias, decoder_causal_mask, relative_distances
 from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
-from .attention_base import XLAttentionBase
 from .checks import check_cutoffs, check_lengths, check_probability, check_tokens
 from .init import check_init, init_weights
 from .kv_memo import KeyValueMemo
 from .layers import DecoderLayer, RelLearnableDecoderLayer, RelPartialLearnableDecoderLayer
 from .log_uniform_sampler import LogUniformSampler, sample_logits
 from .positional_embedding import PositionalEmbedding
-from .positionwise_ff import PositionwiseFF
 from .rel_learnable_attn import last_rows
 from .rel_partial_learnable_attn import RelPartialLearnableMultiHeadAttn
 
@@ -261,7 +259,8 @@ class MemTransformerLM(nn.Module):
         self._fast = value
         self._drop_caches()
         for module in self.modules():
-            if isinstance(module, (XLAttentionBase, PositionwiseFF, ProjectedAdaptiveLogSoftmax, Dropout)):
+            # Every part with a fast path of its own: attention, feed-forward, softmax layer, dropout
+            if module is not self and hasattr(module, 'fast'):
                 module.fast = value
 
     def _apply(self, fn, *args, **kwargs):
