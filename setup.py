@@ -12,10 +12,12 @@ setuptools.setup(
     long_description=README.read_text(encoding='utf-8') if README.exists() else '',
     long_description_content_type='text/markdown',
     packages=setuptools.find_packages(include=['labml_txl', 'labml_txl.*']),
-    package_data={'labml_txl': ['data/*.gz']},
+    # The C++ kernels are compiled on first use (`labml_txl/native/build.py`), so they ship as sources
+    package_data={'labml_txl': ['data/*.gz', 'native/*.cpp']},
     python_requires='>=3.9',
-    # torch 2.13.0 satisfies this range, so a machine that has it installs no other build.
-    install_requires=['torch>=2.4', 'labml>=0.5.3', 'labml-helpers>=0.4.89'],
+    # torch 2.13.0 satisfies this range, so a machine that has it installs no other build. ninja builds the C++
+    # kernels (with the machine's C++ compiler); without either, PyTorch's paths run instead.
+    install_requires=['torch>=2.4', 'labml>=0.5.3', 'labml-helpers>=0.4.89', 'ninja'],
     extras_require={
         # labml-nn declares torchvision, torchtext and fairscale, which pull a multi-GB CUDA torch;
         # its transformer modules need only torch and labml, so `make test` installs it with --no-deps.

@@ -9,6 +9,8 @@ per round, the order rotated every round), so a load that comes and goes slows a
 
 * training and evaluation tokens/s of `MemTransformerLM` (fast, and fast under `torch.compile`) against
   labml_nn's `TransformerXL` and this package's plain path (`model.fast = False`, the original's computation);
+* evaluation tokens/s of the fast path against itself with PyTorch's attention (SDPA with the position terms as
+  its bias) in place of our causal attention kernel (`labml_txl.native`, `native.disabled()`);
 * the tokens/s of the products of a fast evaluation segment alone (`products_runner`), which bounds what any
   evaluation with those products can reach on the machine;
 * the achieved matmul FLOP/s of a training step (FLOPs counted analytically, backward = 2x forward) as a
@@ -39,7 +41,9 @@ from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from labml_txl import native  # noqa: E402
 from labml_txl.prepacked_linear import inference_linear  # noqa: E402
+from labml_txl.relative_attention import decoder_causal_mask  # noqa: E402
 from labml_txl.train.configs import fused_adam  # noqa: E402
 from labml_txl.xl import MemTransformerLM  # noqa: E402
 
@@ -187,11 +191,11 @@ def matmul_runner(n: int) -> Callable[[], None]:
 def products_runner(cfg: BenchConfig) -> Callable[[], None]:
     r"""
     Only the products of one evaluation segment of the fast path, at its shapes and with its kernels, with a full
-    memory whose keys and values are kept: per layer $[W_q; W_k; W_v]$ of the segment, $(Q + v) R^\top$ (one
-    product per head over the batch), the attention kernel (SDPA with the position bias), $W_o$ and the two
-    feed-forward layers (oneDNN with prepacked weights, `inference_linear`, adding $u$ to the queries and applying
+    memory whose keys and values are kept: per layer $[W_q; W_k; W_v]$ of the segment, the attention (our kernel,
+    `labml_txl.native`; where it is not available, $(Q + v) R^\top$ as one product per head over the batch and
+    SDPA with the position bias), $W_o$ and the two feed-forward layers (oneDNN with prepacked weights, `inference_linear`, adding $u$ to the queries and applying
     the ReLU as the fast path's products do); then the softmax layer (oneDNN too). Nothing else (no layer norm,
-    residual, copy, mask or memory update). An implementation that computes these products with these kernels on
+    residual, copy or memory update outside these kernels). An implementation that computes these products with these kernels on
     this machine evaluates no faster than this: its tokens/s bound the fast path's.
     """
     q, m, b, d, h, dh = cfg.tgt_len, cfg.mem_len, cfg.batch, cfg.d_model, cfg.n_head, cfg.d_head
@@ -199,22 +203,42 @@ def products_runner(cfg: BenchConfig) -> Callable[[], None]:
     x, x_inner = torch.randn(rows, d), torch.randn(rows, cfg.d_inner)
     heads_q, heads_kv = torch.randn(b, h, q, dh), torch.randn(b, h, k, dh)
     queries_by_head, table, bias = torch.randn(h, b * q, dh), torch.randn(h, dh, k), torch.randn(b, h, q, k)
+    table_heads, position_bias = torch.randn(h, k + 1, dh), torch.randn(h, dh)
     w_qkv, b_qkv, w_o = torch.randn(3 * h * dh, d), torch.randn(3 * h * dh), torch.randn(d, h * dh)
     w_1, b_1 = torch.randn(cfg.d_inner, d), torch.randn(cfg.d_inner)
     w_2, b_2 = torch.randn(d, cfg.d_inner), torch.randn(d)
     w_out, b_out = torch.randn(cfg.n_token, d), torch.randn(cfg.n_token)
 
+    causal = decoder_causal_mask(q, k)
+
+    def attention():
+        if native.applies(heads_q, heads_kv, heads_kv, table_heads, causal, None, position_bias):
+            native.causal_relative_attention(heads_q, heads_kv, heads_kv, table_heads, None, position_bias, 0.125)
+        else:
+            torch.bmm(queries_by_head, table)
+            F.scaled_dot_product_attention(heads_q, heads_kv, heads_kv, attn_mask=bias)
+
     def segment():
         with torch.no_grad():
             for _ in range(cfg.n_layer):
                 inference_linear(x, w_qkv, b_qkv)
-                torch.bmm(queries_by_head, table)
-                F.scaled_dot_product_attention(heads_q, heads_kv, heads_kv, attn_mask=bias)
+                attention()
                 inference_linear(x, w_o)
                 inference_linear(x, w_1, b_1, relu=True)
                 inference_linear(x_inner, w_2, b_2)
             inference_linear(x, w_out, b_out)
     return segment
+
+
+WITHOUT_KERNEL = 'fast, PyTorch attention'
+
+
+def without_native_kernels(model: nn.Module) -> Callable:
+    """`model`'s call with `labml_txl.native`'s kernels disabled."""
+    def call(*args):
+        with native.disabled():
+            return model(*args)
+    return call
 
 
 # -- FLOPs --
@@ -258,6 +282,9 @@ def measure_speed(cfg: BenchConfig, compile_model: bool = True, labml_nn: bool =
             runners['torch.mm'] = matmul_runner(cfg.matmul_n)
         else:
             runners['products alone'] = products_runner(cfg)
+            # The fast path with PyTorch's attention (SDPA with the position bias) in place of our kernel
+            model = make_xl(cfg, fast=True)
+            runners[WITHOUT_KERNEL] = Stream(model, cfg, train, call=without_native_kernels(model))
         seconds = interleaved(runners, cfg.repeats)
         if compile_model:
             model = make_xl(cfg, fast=True)
@@ -376,10 +403,10 @@ def speed_rows(speed: Dict[str, Dict[str, float]], cfg: BenchConfig) -> List[Lis
     rows = []
     for mode in ('train', 'eval'):
         rows.append([f'{mode}: fast tokens/s', f"{fast[mode]:,.0f}", ''])
-        for peer in ('plain', 'labml_nn', 'fast + compile', 'bf16 autocast'):
-            if peer in speed:
+        for peer in ('plain', 'labml_nn', WITHOUT_KERNEL, 'fast + compile', 'bf16 autocast'):
+            if mode in speed.get(peer, {}):
                 other = speed[peer][mode]
-                if peer in ('plain', 'labml_nn'):
+                if peer in ('plain', 'labml_nn', WITHOUT_KERNEL):
                     rows.append([f'{mode}: fast vs {peer} ({other:,.0f} tokens/s)', '', f'{fast[mode] / other:.2f}x'])
                 else:
                     # Against the fast path of its own group of rounds

@@ -454,8 +454,14 @@ def decoder_causal_mask(qlen: int, klen: int, device: Optional[torch.device] = N
     return torch.ones(qlen, klen, dtype=torch.bool, device=device).triu_(1 + klen - qlen)
 
 
-# The masks `CausalPositionBias.applies` compares with, made once per shape
+# The masks `is_decoder_causal_mask` compares with, made once per shape
 _cached_decoder_causal_mask = functools.lru_cache(maxsize=16)(decoder_causal_mask)
+
+
+def is_decoder_causal_mask(masked: Optional[torch.Tensor], qlen: int, klen: int) -> bool:
+    """Whether `masked` is exactly `decoder_causal_mask(qlen, klen)` (`[qlen, klen]`, not a broadcast form)."""
+    return (masked is not None and masked.shape == (qlen, klen)
+            and torch.equal(masked, _cached_decoder_causal_mask(qlen, klen, masked.device)))
 
 
 class CausalPositionBias:
@@ -492,10 +498,9 @@ class CausalPositionBias:
         """Whether the call is one this bias serves: a decoder's table (distances down to 0, `klen` entries, or
         `klen + 1` with `pad_table`'s zero) and exactly the causal mask `[qlen, klen]`, in one dtype, on the CPU."""
         qlen = q.shape[-2]
-        return (q.device.type == 'cpu' and r.shape[-2] in (klen, klen + 1) and masked is not None
-                and masked.shape == (qlen, klen) and q.dtype == r.dtype and (v is None or v.dtype == q.dtype)
-                and not torch.is_autocast_enabled('cpu') and not torch.compiler.is_compiling()
-                and torch.equal(masked, _cached_decoder_causal_mask(qlen, klen, masked.device)))
+        return (q.device.type == 'cpu' and r.shape[-2] in (klen, klen + 1) and q.dtype == r.dtype
+                and (v is None or v.dtype == q.dtype) and not torch.is_autocast_enabled('cpu')
+                and not torch.compiler.is_compiling() and is_decoder_causal_mask(masked, qlen, klen))
 
     def _buffer(self, heads: int, batch: int, qlen: int, klen: int, like: torch.Tensor) -> torch.Tensor:
         key = (heads, batch, qlen, klen, like.dtype, like.device)

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from labml_txl import native
 from labml_txl.attention_mask import subsequent_mask
 from labml_txl.generation import generate
+from labml_txl.native import attention as native_attention
 from labml_txl.relative_attention import (CausalPositionBias, masked_softmax_heads, pad_table,
                                           relative_attention_scores, relative_attention_scores_heads,
                                           relative_attention_sdpa, relative_attention_weights_heads, relative_shift,
@@ -349,16 +351,21 @@ def test_sdpa_with_the_causal_position_bias_equals_the_masked_bias(mlen):
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
 
 
-def test_model_evaluation_takes_the_causal_position_bias(count_calls):
-    """Without `same_length`, every evaluation segment's mask is the decoder's causal mask."""
+@pytest.mark.parametrize('kernel', [True, False], ids=['kernel', 'no-kernel'])
+def test_model_evaluation_takes_the_causal_kernel_else_the_causal_position_bias(count_calls, monkeypatch, kernel):
+    """Without `same_length`, every evaluation segment's mask is the decoder's causal mask: our kernel runs each
+    layer's attention, or, where it is not available, SDPA with `CausalPositionBias`."""
+    if not kernel:
+        monkeypatch.setattr(native_attention, 'kernel_available', lambda: False)
     plain, fast = _pair()
     calls = count_calls(CausalPositionBias, ['__call__'])
+    kernel_calls = count_calls(native, ['causal_relative_attention'])
     data = torch.randint(40, (16, 3))
     for model in (plain, fast):
         model.eval()
     (pl, pm, _), (fl, fm, _) = _segments(plain, data, grad=False), _segments(fast, data, grad=False)
-    # 3 segments of 2 layers (the plain path never calls it)
-    assert calls['__call__'] == 6
+    # 3 segments of 2 layers (the plain path calls neither)
+    assert (kernel_calls.get('causal_relative_attention', 0), calls.get('__call__', 0)) == ((6, 0) if kernel else (0, 6))
     for a, b in zip(pl + pm, fl + fm):
         torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
 
@@ -445,7 +452,8 @@ def test_benchmark_measures_every_row_on_tiny_sizes():
     cfg = bench.BenchConfig(n_token=16, n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=32, tgt_len=4,
                             mem_len=4, batch=2, repeats=1, matmul_n=32)
     speed = bench.measure_speed(cfg, compile_model=False)
-    assert set(speed) == {'fast', 'plain', 'labml_nn', 'bf16 autocast', 'matmul', 'products alone'}
+    assert set(speed) == {'fast', 'plain', 'labml_nn', 'bf16 autocast', 'matmul', 'products alone',
+                          'fast, PyTorch attention'}
     assert all(v > 0 for name, row in speed.items() for v in row.values())
     table9 = bench.measure_table9(cfg, [4, 8], repeats=1)
     assert [r['length'] for r in table9] == [4, 8]
@@ -457,7 +465,7 @@ def test_benchmark_measures_every_row_on_tiny_sizes():
     lines = table.splitlines()
     assert lines[0] == '| measurement | value | ratio |'
     for needle in ('train: fast vs plain', 'train: fast vs labml_nn', 'eval: fast vs plain', 'eval: fast vs labml_nn',
-                   "eval: the fast path's products alone",
+                   "eval: the fast path's products alone", 'eval: fast vs fast, PyTorch attention',
                    'bf16 autocast', 'train step matmul FLOP/s', 'Table 9, L=4', 'Table 9, L=8',
                    'eval peak memory above the model, mem_len=8'):
         assert any(needle in line for line in lines), needle

@@ -29,7 +29,9 @@ from torch.nn import functional as F
 from ..dropout import Dropout
 from ..errors import require_positive_int
 from ..prepacked_linear import inference_linear
-from ..relative_attention import from_heads, heads_mask, masked_softmax, masked_softmax_heads, to_heads
+from .. import native
+from ..relative_attention import (CausalPositionBias, from_heads, heads_mask, masked_softmax, masked_softmax_heads,
+                                  relative_attention_sdpa, to_heads)
 from .checks import check_probability
 
 
@@ -120,6 +122,20 @@ class XLAttentionBase(nn.Module):
         original's float32 rounding of the scores is asked for (SDPA never shows the scores)."""
         return (not torch.is_grad_enabled() and not self.round_scores_to_float32
                 and (not self.training or self.dropatt.p == 0))
+
+    def _relative_attention_no_grad(self, q: torch.Tensor, k: torch.Tensor, head_v: torch.Tensor, r: torch.Tensor,
+                                    u: Optional[torch.Tensor], v: Optional[torch.Tensor],
+                                    attn_mask: Optional[torch.Tensor], r_bias: Optional[torch.Tensor] = None,
+                                    causal_bias: Optional[CausalPositionBias] = None) -> torch.Tensor:
+        """Relative attention where `_use_sdpa_bias` holds, `[qlen, bsz, n_head * d_head]`: under the decoder's
+        causal mask by our kernel (`native/causal_relative_attention.py`) where it applies, else by SDPA with the
+        position terms as its bias (`relative_attention_sdpa`, `causal_bias` for its causal case). Arguments as
+        `relative_attention_sdpa`'s; `attn_mask` as the layer takes it."""
+        masked = heads_mask(attn_mask)
+        if native.applies(q, k, head_v, r, masked, u, v, r_bias):
+            return native.causal_relative_attention(q, k, head_v, r, u, v, self.scale, r_bias)
+        return from_heads(relative_attention_sdpa(q, k, head_v, r, u, v, self.scale, masked, r_bias=r_bias,
+                                                  causal_bias=causal_bias))
 
     def _output(self, w: torch.Tensor, attn_vec: torch.Tensor) -> torch.Tensor:
         """Output projection, dropout and the residual connection with layer normalisation."""

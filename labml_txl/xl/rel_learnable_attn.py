@@ -16,8 +16,8 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..relative_attention import (content_scores, from_heads, heads_mask, position_scores, relative_attention_sdpa,
-                                  relative_attention_weights_heads, relative_shift)
+from ..relative_attention import (content_scores, heads_mask, position_scores, relative_attention_weights_heads,
+                                  relative_shift)
 from .attention_base import XLAttentionBase
 
 
@@ -55,9 +55,9 @@ class RelLearnableMultiHeadAttn(XLAttentionBase):
             table = last_rows(r_emb, klen).transpose(0, 1)
             bias = last_rows(r_bias, klen).transpose(0, 1)
             if self._use_sdpa_bias():
-                attn_vec = relative_attention_sdpa(head_q, head_k, head_v, table, r_w_bias, None, self.scale,
-                                                   heads_mask(attn_mask), r_bias=bias)
-                return self._output(w, from_heads(attn_vec))
+                attn_vec = self._relative_attention_no_grad(head_q, head_k, head_v, table, r_w_bias, None, attn_mask,
+                                                            r_bias=bias)
+                return self._output(w, attn_vec)
             # $(q_i + u)^\top k_j + \mathop{shift}(q_i^\top e_s + b_s)$
             attn_prob = relative_attention_weights_heads(head_q, head_k, table, r_w_bias, None, heads_mask(attn_mask),
                                                          self.scale, r_bias=bias,

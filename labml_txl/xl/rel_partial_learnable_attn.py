@@ -16,9 +16,8 @@ import torch
 from torch import nn
 
 from ..parameter_versions import track_fused_optimizer_steps
-from ..relative_attention import (CausalPositionBias, from_heads, heads_mask, pad_table, relative_attention_scores,
-                                  relative_attention_scores_heads, relative_attention_sdpa,
-                                  relative_attention_weights_heads)
+from ..relative_attention import (CausalPositionBias, heads_mask, pad_table, relative_attention_scores,
+                                  relative_attention_scores_heads, relative_attention_weights_heads)
 from .attention_base import XLAttentionBase
 
 # The caches here trust parameter versions, which fused optimizer steps do not bump by themselves
@@ -90,9 +89,10 @@ class RelPartialLearnableMultiHeadAttn(XLAttentionBase):
                 # then only views.
                 head_q_u, head_k, head_v = self._qkv_heads(self.qkv_net, w, mems, contiguous_queries=False,
                                                            query_bias=r_w_bias)
-                attn_vec = relative_attention_sdpa(head_q_u, head_k, head_v, r_head_k, None, r_r_bias - r_w_bias,
-                                                   self.scale, heads_mask(attn_mask), causal_bias=self.causal_bias)
-                return self._output(w, from_heads(attn_vec))
+                attn_vec = self._relative_attention_no_grad(head_q_u, head_k, head_v, r_head_k, None,
+                                                            r_r_bias - r_w_bias, attn_mask,
+                                                            causal_bias=self.causal_bias)
+                return self._output(w, attn_vec)
             head_q, head_k, head_v = self._qkv_heads(self.qkv_net, w, mems)
             if self.round_scores_to_float32:
                 score = relative_attention_scores_heads(head_q, head_k, r_head_k, r_w_bias, r_r_bias,

@@ -1,0 +1,126 @@
+r"""
+# Kernels of our own, compiled on first use
+
+A kernel here is one C++ file beside this module, compiled by `torch.utils.cpp_extension.load` the first time it
+is needed (about half a minute) and cached in PyTorch's extension directory (`~/.cache/torch_extensions`, or
+`TORCH_EXTENSIONS_DIR`), so later processes only load it. It is compiled for the machine it runs on
+(`-march=native`); the CPU's feature flags and the versions of PyTorch and Python are part of its name, so a
+cache shared by different machines holds one build per kind of CPU rather than one that crashes on the others.
+
+Building needs a C++ compiler with OpenMP (`g++`) and `ninja` (a dependency of this package; its binary is found
+even where the environment's `bin` is not on `PATH`). Where either is missing or the build fails, `load_kernel`
+warns once, saying why, and returns None; each kernel's wrapper also checks its first result against PyTorch.
+Either way the callers then run the PyTorch path they had before: slower, the same numbers.
+`LABML_TXL_NATIVE=0` skips building altogether.
+"""
+import contextlib
+import hashlib
+import os
+import platform
+import shutil
+import sys
+import warnings
+from pathlib import Path
+from types import ModuleType
+from typing import Dict, Optional
+
+import torch
+
+# The environment variable that turns the kernels off, and the value that does it
+DISABLE_VARIABLE = 'LABML_TXL_NATIVE'
+
+# Each kernel's module (or None where it could not be built), by name, once tried
+_loaded: Dict[str, Optional[ModuleType]] = {}
+
+
+# How many `disabled()` blocks are open
+_disabled_blocks = 0
+
+
+def _environment_allows() -> bool:
+    return os.environ.get(DISABLE_VARIABLE, '1').strip() != '0'
+
+
+def native_kernels_enabled() -> bool:
+    """False when `LABML_TXL_NATIVE=0` asks for PyTorch's paths only, or inside `disabled()`."""
+    return _disabled_blocks == 0 and _environment_allows()
+
+
+@contextlib.contextmanager
+def disabled():
+    """Within the block every caller runs its PyTorch path, as with `LABML_TXL_NATIVE=0` (to compare the two in
+    one process; built kernels stay loaded)."""
+    global _disabled_blocks
+    _disabled_blocks += 1
+    try:
+        yield
+    finally:
+        _disabled_blocks -= 1
+
+
+def _build_tag() -> str:
+    """A short hash of what a build is good for: the CPU's kind and feature flags (Linux's `/proc/cpuinfo`;
+    elsewhere the platform), PyTorch's version and Python's."""
+    try:
+        lines = Path('/proc/cpuinfo').read_text().splitlines()
+        described = '\n'.join(sorted({line for line in lines if line.startswith(('flags', 'model name'))}))
+    except OSError:
+        described = platform.platform() + platform.processor()
+    described += f'\ntorch {torch.__version__}\npython {sys.version}'
+    return hashlib.sha1(described.encode()).hexdigest()[:10]
+
+
+def _ensure_ninja_on_path() -> None:
+    """`cpp_extension` runs `ninja` from `PATH`; the `ninja` package's binary may sit outside it (a virtual
+    environment used without activating it)."""
+    if shutil.which('ninja') is not None:
+        return
+    try:
+        import ninja
+    except ImportError:
+        return
+    os.environ['PATH'] = ninja.BIN_DIR + os.pathsep + os.environ.get('PATH', '')
+
+
+def load_kernel(name: str) -> Optional[ModuleType]:
+    """
+    The compiled module of `labml_txl/native/{name}.cpp`, built on the first call in this process (and cached on
+    disk), or None where it cannot be built or `LABML_TXL_NATIVE=0`; a failed build warns once with the reason.
+    """
+    if name in _loaded:
+        return _loaded[name]
+    module = None
+    if _environment_allows():
+        module = _build(name)
+    _loaded[name] = module
+    return module
+
+
+def _build(name: str) -> Optional[ModuleType]:
+    from torch.utils import cpp_extension
+
+    source = Path(__file__).with_name(f'{name}.cpp')
+    module_name = f'labml_txl_{name}_{_build_tag()}'
+    _ensure_ninja_on_path()
+    build_directory = Path(os.environ.get('TORCH_EXTENSIONS_DIR') or cpp_extension.get_default_build_root(),
+                           module_name)
+    if not (build_directory / f'{module_name}.so').exists():
+        print(f'labml_txl: compiling the {name} kernel for this machine (once, about half a minute)',
+              file=sys.stderr, flush=True)
+    try:
+        build_directory.mkdir(parents=True, exist_ok=True)
+        return cpp_extension.load(module_name, [str(source)], extra_cflags=['-O3', '-march=native', '-fopenmp'],
+                                  extra_ldflags=['-fopenmp'], build_directory=str(build_directory), verbose=False)
+    except Exception as error:  # a missing compiler or ninja, a failed compile, link or import: all mean "not here"
+        warnings.warn(f"labml_txl could not build its {name} kernel ({_reason(error)}); the PyTorch path runs "
+                      f"instead (same results, slower). It needs a C++ compiler with OpenMP (g++) and ninja; set "
+                      f"{DISABLE_VARIABLE}=0 to skip the build.", RuntimeWarning)
+        return None
+
+
+def _reason(error: Exception) -> str:
+    """The telling line of a failed build: the compiler's first error, else the exception's first line."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    errors = [line for line in lines[1:] if 'error' in line.lower()]
+    reason = (errors or lines or [type(error).__name__])[0]
+    return reason if len(reason) <= 300 else reason[:297] + '...'

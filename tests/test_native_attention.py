@@ -1,0 +1,216 @@
+"""
+Our causal relative attention kernel (`labml_txl/native/`) against the plain computation (the original's scores,
+shift and masked softmax in float64), where it runs and where it does not, and how it falls back when it cannot be
+built.
+"""
+import warnings
+
+import pytest
+import torch
+
+from labml_txl import native
+from labml_txl.native import attention as native_attention
+from labml_txl.native import build
+from labml_txl.relative_attention import (decoder_causal_mask, masked_softmax, pad_table, relative_attention_scores,
+                                          relative_shift)
+from labml_txl.xl import MemTransformerLM
+
+from xl.helpers import small_config
+
+
+def _plain_attention(q, k, values, table, content_bias, position_bias, entry_bias, scale):
+    r"""The original's computation in float64, `[qlen, batch, heads * d_head]`: the four terms by einsums, the
+    pad-and-copy shift, the masked softmax, the weighted values."""
+    q, k, values, table = (t.double() for t in (q, k, values, table))
+    klen = k.shape[-2]
+    # `[len, batch, heads, d_head]` and the table `[klen, heads, d_head]`, as the plain path takes them
+    q_, k_, v_ = (t.permute(2, 0, 1, 3) for t in (q, k, values))
+    table_ = table[:, :klen].transpose(0, 1)
+    zeros = torch.zeros(q.shape[1], q.shape[-1], dtype=torch.float64)
+    u = zeros if content_bias is None else content_bias.double()
+    v = zeros if position_bias is None else position_bias.double()
+    score = relative_attention_scores(q_, k_, table_, u, v)
+    if entry_bias is not None:
+        # $c_s$ per table entry, shifted to key positions with the position terms
+        score = score + relative_shift(entry_bias[:, :klen].double().t()[None, :, None].expand(q_.shape[0], -1,
+                                                                                             q.shape[0], -1))
+    weights = masked_softmax(score * scale, decoder_causal_mask(q_.shape[0], klen))
+    out = torch.einsum('ijbn,jbnd->ibnd', weights, v_)
+    return out.reshape(out.shape[0], out.shape[1], -1)
+
+
+def _inputs(batch, heads, qlen, mlen, d_head, seed=0, table_extra=1):
+    """Queries in the joint projection's layout (a strided view, as the model passes them), keys and values
+    head-major, a table with `table_extra` entries past `klen` (the model pads one), every bias."""
+    generator = torch.Generator().manual_seed(seed)
+    klen = mlen + qlen
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator)
+
+    projection = randn(qlen, batch, 3 * heads * d_head)
+    q = projection[..., :heads * d_head].unflatten(-1, (heads, d_head)).permute(1, 2, 0, 3)
+    k, values = randn(batch, heads, klen, d_head), randn(batch, heads, klen, d_head)
+    table = randn(heads, klen + table_extra, d_head)
+    return q, k, values, table, randn(heads, d_head), randn(heads, d_head), randn(heads, klen + table_extra)
+
+
+# batch, heads, qlen, mlen, d_head: one query, no memory, a partial block (37 = 32 + 5), three blocks behind a
+# memory longer than the segment, heads whose size is not a multiple of the vector width
+SHAPES = [(2, 3, 1, 0, 8), (2, 3, 1, 9, 8), (1, 1, 5, 0, 4), (2, 2, 37, 11, 8), (2, 2, 70, 100, 16),
+          (1, 2, 32, 32, 17)]
+# Which of a (content), b (position) and c (per entry) are given: attention type 0 (u folded into the queries, so
+# b = v - u), type 1 (u and the entry bias b_s), all, none
+BIASES = {'type-0': (False, True, False), 'type-1': (True, False, True), 'all': (True, True, True),
+          'none': (False, False, False)}
+
+
+@pytest.mark.parametrize('biases', BIASES.values(), ids=BIASES.keys())
+@pytest.mark.parametrize('shape', SHAPES, ids=lambda s: 'x'.join(map(str, s)))
+def test_kernel_equals_the_plain_computation(shape, biases):
+    q, k, values, table, a, b, c = _inputs(*shape)
+    a, b, c = (t if given else None for t, given in zip((a, b, c), biases))
+    qlen, klen = q.shape[-2], k.shape[-2]
+    with torch.no_grad():
+        assert native.applies(q, k, values, table, decoder_causal_mask(qlen, klen), a, b, c)
+        out = native.causal_relative_attention(q, k, values, table, a, b, 0.3, c)
+    expected = _plain_attention(q, k, values, table, a, b, c, 0.3)
+    assert out.shape == expected.shape and out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_kernel_reads_strided_tables_and_biases():
+    """The tables of attention type 1 are transposed views of `[klen, heads, d_head]` parameters."""
+    q, k, values, table, a, _, c = _inputs(2, 3, 6, 4, 8, table_extra=0)
+    table_view = table.transpose(0, 1).contiguous().transpose(0, 1)
+    entry_view = c.t().contiguous().t()
+    assert not table_view.is_contiguous() and not entry_view.is_contiguous()
+    with torch.no_grad():
+        out = native.causal_relative_attention(q, k, values, table_view, a, None, 0.5, entry_view)
+    torch.testing.assert_close(out.double(), _plain_attention(q, k, values, table, a, None, c, 0.5),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_kernel_refuses_inconsistent_shapes_with_a_message():
+    q, k, values, table, *_ = _inputs(1, 2, 4, 3, 8)
+    module = build.load_kernel('causal_relative_attention')
+    with pytest.raises(RuntimeError, match=r'table must be \[H, R >= K, D\]'):
+        module.causal_relative_attention(q, k, values, table[:, :5], None, None, None, 1.0, 32)
+    with pytest.raises(RuntimeError, match='K >= Q'):
+        module.causal_relative_attention(q, k[:, :, :2], values[:, :, :2], table, None, None, None, 1.0, 32)
+    with pytest.raises(RuntimeError, match='float32'):
+        module.causal_relative_attention(q.double(), k, values, table, None, None, None, 1.0, 32)
+
+
+def test_kernel_applies_only_to_no_grad_float32_cpu_under_the_causal_mask():
+    q, k, values, table, a, b, _ = _inputs(2, 2, 5, 3, 8)
+    causal = decoder_causal_mask(5, 8)
+    with torch.no_grad():
+        assert native.applies(q, k, values, table, causal, a, b)
+        # `same_length`'s mask, no mask, a broadcast form of the mask
+        assert not native.applies(q, k, values, table, causal | torch.ones(5, 8, dtype=torch.bool).tril_(-4), a, b)
+        assert not native.applies(q, k, values, table, None, a, b)
+        assert not native.applies(q, k, values, table, causal[None, None], a, b)
+        # a table shorter than the keys, float64, a float64 bias, autocast
+        assert not native.applies(q, k, values, table[:, :7], causal, a, b)
+        assert not native.applies(q.double(), k.double(), values.double(), table.double(), causal)
+        assert not native.applies(q, k, values, table, causal, a.double(), b)
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            assert not native.applies(q, k, values, table, causal, a, b)
+    # with gradients (the kernel has no backward)
+    assert not native.applies(q, k, values, table, causal, a, b)
+
+
+@pytest.mark.parametrize('attn_type', [0, 1])
+def test_model_evaluation_through_the_kernel_equals_the_plain_path(count_calls, attn_type):
+    """Both relative attention types in evaluation: each layer's attention runs in the kernel, and losses and
+    memories match the plain path over segments that carry memories."""
+    torch.manual_seed(0)
+    config = small_config(attn_type=attn_type)
+    plain = MemTransformerLM(**config).eval()
+    plain.fast = False
+    fast = MemTransformerLM(**config).eval()
+    fast.load_state_dict(plain.state_dict())
+    calls = count_calls(native, ['causal_relative_attention'])
+    data = torch.randint(40, (16, 3))
+    plain_mems, fast_mems = [], []
+    with torch.no_grad():
+        for s in range(3):
+            x, y = data[5 * s:5 * s + 5], data[5 * s + 1:5 * s + 6]
+            plain_loss, *plain_mems = plain(x, y, *plain_mems)
+            fast_loss, *fast_mems = fast(x, y, *fast_mems)
+            torch.testing.assert_close(fast_loss, plain_loss, rtol=1e-5, atol=1e-5)
+            for a, b in zip(fast_mems, plain_mems):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert calls['causal_relative_attention'] == 3 * config['n_layer']
+
+
+def test_disabled_block_runs_the_pytorch_path_and_ends_with_it(count_calls):
+    q, k, values, table, _, b, _ = _inputs(2, 2, 5, 3, 8)
+    causal = decoder_causal_mask(5, 8)
+    calls = count_calls(native, ['causal_relative_attention'])
+    torch.manual_seed(0)
+    model = MemTransformerLM(**small_config()).eval()
+    data = torch.randint(40, (6, 2))
+    with torch.no_grad():
+        with native.disabled():
+            assert not native.applies(q, k, values, table, causal, None, b)
+            without = model(data[:5], data[1:])[0]
+        assert calls == {}
+        assert native.applies(q, k, values, table, causal, None, b)
+        torch.testing.assert_close(model(data[:5], data[1:])[0], without, rtol=1e-5, atol=1e-5)
+    assert calls['causal_relative_attention'] == small_config()['n_layer']
+
+
+# -- where it cannot be built --
+
+@pytest.fixture
+def fresh_kernels(monkeypatch):
+    """`load_kernel` and `kernel_available` as in a new process (the tests' own build stays cached on disk)."""
+    monkeypatch.setattr(build, '_loaded', {})
+    monkeypatch.setattr(native_attention, '_kernel_works', None)
+
+
+def test_disabled_kernels_leave_the_pytorch_path(monkeypatch, fresh_kernels):
+    monkeypatch.setenv(build.DISABLE_VARIABLE, '0')
+    q, k, values, table, _, b, _ = _inputs(2, 2, 5, 3, 8)
+    with torch.no_grad():
+        assert not native.applies(q, k, values, table, decoder_causal_mask(5, 8), None, b)
+    assert build.load_kernel('causal_relative_attention') is None
+
+
+def test_a_failed_build_warns_with_the_compilers_error_and_falls_back(monkeypatch, fresh_kernels):
+    from torch.utils import cpp_extension
+
+    def failing_load(name, *args, **kwargs):
+        raise RuntimeError(f"Error building extension '{name}'\n[1/2] c++ -c kernel.cpp\n"
+                           f"kernel.cpp:1:10: fatal error: torch/extension.h: No such file or directory\n"
+                           f"ninja: build stopped: subcommand failed.")
+
+    monkeypatch.setattr(cpp_extension, 'load', failing_load)
+    with pytest.warns(RuntimeWarning, match='fatal error: torch/extension.h: No such file.*g\\+\\+.*LABML_TXL_NATIVE=0'):
+        assert not native.kernel_available()
+    # Warned once: later calls know
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        assert not native.kernel_available()
+    # The model still evaluates, by SDPA, as the plain path does
+    torch.manual_seed(0)
+    plain = MemTransformerLM(**small_config()).eval()
+    plain.fast = False
+    fast = MemTransformerLM(**small_config()).eval()
+    fast.load_state_dict(plain.state_dict())
+    data = torch.randint(40, (6, 2))
+    with torch.no_grad():
+        torch.testing.assert_close(fast(data[:5], data[1:])[0], plain(data[:5], data[1:])[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_kernel_with_wrong_results_is_not_used(monkeypatch, fresh_kernels):
+    class WrongKernel:
+        @staticmethod
+        def causal_relative_attention(q, *args):
+            return torch.zeros(q.shape[2], q.shape[0], q.shape[1], q.shape[3])
+
+    monkeypatch.setattr(build, '_loaded', {'causal_relative_attention': WrongKernel()})
+    with pytest.warns(RuntimeWarning, match='other results than PyTorch'):
+        assert not native.kernel_available()
