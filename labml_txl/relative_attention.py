@@ -464,6 +464,30 @@ def is_decoder_causal_mask(masked: Optional[torch.Tensor], qlen: int, klen: int)
             and torch.equal(masked, _cached_decoder_causal_mask(qlen, klen, masked.device)))
 
 
+@functools.lru_cache(maxsize=16)
+def decoder_window_mask(qlen: int, klen: int, window: int, device: Optional[torch.device] = None) -> torch.Tensor:
+    r"""`[qlen, klen]`, True where key $j$ is not among the `window` keys up to query $i$'s own position $m + i$:
+    $j > m + i$ or $j \le m + i - \mathit{window}$. `window >= klen` is `decoder_causal_mask`; `window = mem_len`
+    is `MemTransformerLM`'s mask with `same_length` (every query sees `mem_len` keys). Made once per shape."""
+    mask = decoder_causal_mask(qlen, klen, device)
+    if window < klen:
+        # $j - i \le m - \mathit{window}$
+        mask |= torch.ones(qlen, klen, dtype=torch.bool, device=device).tril_(klen - qlen - window)
+    return mask
+
+
+def decoder_key_window(masked: Optional[torch.Tensor], qlen: int, klen: int) -> Optional[int]:
+    """The `window` for which `masked` (`[qlen, klen]`) is exactly `decoder_window_mask(qlen, klen, window)` (`klen`
+    for the causal mask), or None when it is no such mask."""
+    if masked is None or masked.shape != (qlen, klen) or masked.dtype != torch.bool or qlen == 0:
+        return None
+    # The last query's keys are the `window` last ones
+    window = klen - int(masked[-1].sum())
+    if window == 0 or not torch.equal(masked, decoder_window_mask(qlen, klen, window, masked.device)):
+        return None
+    return window
+
+
 class CausalPositionBias:
     r"""
     The position terms of a decoder's relative attention as the additive bias of `scaled_dot_product_attention`,

@@ -11,16 +11,29 @@ import torch
 from labml_txl import native
 from labml_txl.native import attention as native_attention
 from labml_txl.native import build
-from labml_txl.relative_attention import (decoder_causal_mask, masked_softmax, pad_table, relative_attention_scores,
-                                          relative_shift)
+from labml_txl.relative_attention import (decoder_key_window, decoder_window_mask, masked_softmax,
+                                          relative_attention_scores, relative_shift)
 from labml_txl.xl import MemTransformerLM
 
 from xl.helpers import small_config
 
 
-def _plain_attention(q, k, values, table, content_bias, position_bias, entry_bias, scale):
+def _original_mask(qlen, mlen, mem_len=None):
+    """The original's decoder mask, True where masked: the future, and with `same_length` (`mem_len` given) the
+    keys more than `mem_len` back (its `triu` + `tril(-mask_shift_len)`)."""
+    klen = mlen + qlen
+    mask = torch.ones(qlen, klen).triu(1 + mlen)
+    if mem_len is not None:
+        mask_len = klen - mem_len
+        mask_shift_len = qlen - mask_len if mask_len > 0 else qlen
+        mask = mask + torch.ones(qlen, klen).tril(-mask_shift_len)
+    return mask.bool()
+
+
+def _plain_attention(q, k, values, table, content_bias, position_bias, entry_bias, scale, mask=None):
     r"""The original's computation in float64, `[qlen, batch, heads * d_head]`: the four terms by einsums, the
-    pad-and-copy shift, the masked softmax, the weighted values."""
+    pad-and-copy shift, the masked softmax (the decoder's causal mask unless `mask` is given), the weighted
+    values."""
     q, k, values, table = (t.double() for t in (q, k, values, table))
     klen = k.shape[-2]
     # `[len, batch, heads, d_head]` and the table `[klen, heads, d_head]`, as the plain path takes them
@@ -34,7 +47,7 @@ def _plain_attention(q, k, values, table, content_bias, position_bias, entry_bia
         # $c_s$ per table entry, shifted to key positions with the position terms
         score = score + relative_shift(entry_bias[:, :klen].double().t()[None, :, None].expand(q_.shape[0], -1,
                                                                                              q.shape[0], -1))
-    weights = masked_softmax(score * scale, decoder_causal_mask(q_.shape[0], klen))
+    weights = masked_softmax(score * scale, _original_mask(q_.shape[0], klen - q_.shape[0]) if mask is None else mask)
     out = torch.einsum('ijbn,jbnd->ibnd', weights, v_)
     return out.reshape(out.shape[0], out.shape[1], -1)
 
@@ -72,7 +85,7 @@ def test_kernel_equals_the_plain_computation(shape, biases):
     a, b, c = (t if given else None for t, given in zip((a, b, c), biases))
     qlen, klen = q.shape[-2], k.shape[-2]
     with torch.no_grad():
-        assert native.applies(q, k, values, table, decoder_causal_mask(qlen, klen), a, b, c)
+        assert native.kernel_window(q, k, values, table, _original_mask(qlen, klen - qlen), a, b, c) == klen
         out = native.causal_relative_attention(q, k, values, table, a, b, 0.3, c)
     expected = _plain_attention(q, k, values, table, a, b, c, 0.3)
     assert out.shape == expected.shape and out.dtype == torch.float32
@@ -95,38 +108,78 @@ def test_kernel_refuses_inconsistent_shapes_with_a_message():
     q, k, values, table, *_ = _inputs(1, 2, 4, 3, 8)
     module = build.load_kernel('causal_relative_attention')
     with pytest.raises(RuntimeError, match=r'table must be \[H, R >= K, D\]'):
-        module.causal_relative_attention(q, k, values, table[:, :5], None, None, None, 1.0, 32)
+        module.causal_relative_attention(q, k, values, table[:, :5], None, None, None, 1.0, 7, 32)
     with pytest.raises(RuntimeError, match='K >= Q'):
-        module.causal_relative_attention(q, k[:, :, :2], values[:, :, :2], table, None, None, None, 1.0, 32)
+        module.causal_relative_attention(q, k[:, :, :2], values[:, :, :2], table, None, None, None, 1.0, 7, 32)
     with pytest.raises(RuntimeError, match='float32'):
-        module.causal_relative_attention(q.double(), k, values, table, None, None, None, 1.0, 32)
+        module.causal_relative_attention(q.double(), k, values, table, None, None, None, 1.0, 7, 32)
+    with pytest.raises(RuntimeError, match='window must be positive'):
+        module.causal_relative_attention(q, k, values, table, None, None, None, 1.0, 0, 32)
 
 
-def test_kernel_applies_only_to_no_grad_float32_cpu_under_the_causal_mask():
-    q, k, values, table, a, b, _ = _inputs(2, 2, 5, 3, 8)
-    causal = decoder_causal_mask(5, 8)
+@pytest.mark.parametrize('qlen,mlen,mem_len', [(5, 0, 3), (5, 3, 3), (37, 40, 40), (70, 100, 100), (8, 4, 4),
+                                                (6, 2, 4), (1, 9, 9)])
+def test_kernel_with_same_length_windows_equals_the_plain_computation(qlen, mlen, mem_len):
+    """`same_length`: each query sees `mem_len` keys (fewer while the memory fills), so the masked past of a block
+    is skipped as its future is."""
+    q, k, values, table, a, b, c = _inputs(2, 2, qlen, mlen, 8)
+    mask = _original_mask(qlen, mlen, mem_len)
     with torch.no_grad():
-        assert native.applies(q, k, values, table, causal, a, b)
-        # `same_length`'s mask, no mask, a broadcast form of the mask
-        assert not native.applies(q, k, values, table, causal | torch.ones(5, 8, dtype=torch.bool).tril_(-4), a, b)
-        assert not native.applies(q, k, values, table, None, a, b)
-        assert not native.applies(q, k, values, table, causal[None, None], a, b)
+        window = native.kernel_window(q, k, values, table, mask, a, b, c)
+        assert window is not None
+        out = native.causal_relative_attention(q, k, values, table, a, b, 0.3, c, window)
+    torch.testing.assert_close(out.double(), _plain_attention(q, k, values, table, a, b, c, 0.3, mask),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('qlen,mlen', [(1, 0), (4, 0), (4, 6), (7, 7)])
+def test_key_window_is_read_from_the_mask(qlen, mlen):
+    klen = qlen + mlen
+    assert decoder_key_window(_original_mask(qlen, mlen), qlen, klen) == klen
+    for mem_len in range(1, klen + 1):
+        mask = _original_mask(qlen, mlen, mem_len)
+        window = decoder_key_window(mask, qlen, klen)
+        # The number of keys of the last query, and the mask it stands for is this one
+        assert window == int((~mask[-1]).sum())
+        assert torch.equal(decoder_window_mask(qlen, klen, window), mask)
+    # Not a window: a padding column, every key masked for a query, no mask, a float mask
+    padded = _original_mask(qlen, mlen).clone()
+    padded[:, 0] = True
+    assert decoder_key_window(padded, qlen, klen) is None
+    assert decoder_key_window(torch.ones(qlen, klen, dtype=torch.bool), qlen, klen) is None
+    assert decoder_key_window(None, qlen, klen) is None
+    assert decoder_key_window(_original_mask(qlen, mlen).float(), qlen, klen) is None
+
+
+def test_kernel_serves_only_no_grad_float32_cpu_under_a_window_mask():
+    q, k, values, table, a, b, _ = _inputs(2, 2, 5, 3, 8)
+    causal = _original_mask(5, 3)
+    with torch.no_grad():
+        assert native.kernel_window(q, k, values, table, causal, a, b) == 8
+        # A padding mask, no mask, a broadcast form of the mask
+        padding = causal.clone()
+        padding[:, 1] = True
+        assert native.kernel_window(q, k, values, table, padding, a, b) is None
+        assert native.kernel_window(q, k, values, table, None, a, b) is None
+        assert native.kernel_window(q, k, values, table, causal[None, None], a, b) is None
         # a table shorter than the keys, float64, a float64 bias, autocast
-        assert not native.applies(q, k, values, table[:, :7], causal, a, b)
-        assert not native.applies(q.double(), k.double(), values.double(), table.double(), causal)
-        assert not native.applies(q, k, values, table, causal, a.double(), b)
+        assert native.kernel_window(q, k, values, table[:, :7], causal, a, b) is None
+        assert native.kernel_window(q.double(), k.double(), values.double(), table.double(), causal) is None
+        assert native.kernel_window(q, k, values, table, causal, a.double(), b) is None
         with torch.autocast('cpu', dtype=torch.bfloat16):
-            assert not native.applies(q, k, values, table, causal, a, b)
+            assert native.kernel_window(q, k, values, table, causal, a, b) is None
     # with gradients (the kernel has no backward)
-    assert not native.applies(q, k, values, table, causal, a, b)
+    assert native.kernel_window(q, k, values, table, causal, a, b) is None
 
 
-@pytest.mark.parametrize('attn_type', [0, 1])
-def test_model_evaluation_through_the_kernel_equals_the_plain_path(count_calls, attn_type):
-    """Both relative attention types in evaluation: each layer's attention runs in the kernel, and losses and
-    memories match the plain path over segments that carry memories."""
+@pytest.mark.parametrize('overrides', [dict(attn_type=0), dict(attn_type=1), dict(attn_type=0, same_length=True),
+                                       dict(attn_type=1, same_length=True, mem_len=3)],
+                         ids=lambda c: '-'.join(f'{k}={v}' for k, v in c.items()))
+def test_model_evaluation_through_the_kernel_equals_the_plain_path(count_calls, overrides):
+    """Both relative attention types in evaluation, with and without `same_length`: each layer's attention runs in
+    the kernel, and losses and memories match the plain path over segments that carry memories."""
     torch.manual_seed(0)
-    config = small_config(attn_type=attn_type)
+    config = small_config(**overrides)
     plain = MemTransformerLM(**config).eval()
     plain.fast = False
     fast = MemTransformerLM(**config).eval()
@@ -147,17 +200,17 @@ def test_model_evaluation_through_the_kernel_equals_the_plain_path(count_calls, 
 
 def test_disabled_block_runs_the_pytorch_path_and_ends_with_it(count_calls):
     q, k, values, table, _, b, _ = _inputs(2, 2, 5, 3, 8)
-    causal = decoder_causal_mask(5, 8)
+    causal = _original_mask(5, 3)
     calls = count_calls(native, ['causal_relative_attention'])
     torch.manual_seed(0)
     model = MemTransformerLM(**small_config()).eval()
     data = torch.randint(40, (6, 2))
     with torch.no_grad():
         with native.disabled():
-            assert not native.applies(q, k, values, table, causal, None, b)
+            assert native.kernel_window(q, k, values, table, causal, None, b) is None
             without = model(data[:5], data[1:])[0]
         assert calls == {}
-        assert native.applies(q, k, values, table, causal, None, b)
+        assert native.kernel_window(q, k, values, table, causal, None, b) == 8
         torch.testing.assert_close(model(data[:5], data[1:])[0], without, rtol=1e-5, atol=1e-5)
     assert calls['causal_relative_attention'] == small_config()['n_layer']
 
@@ -175,7 +228,7 @@ def test_disabled_kernels_leave_the_pytorch_path(monkeypatch, fresh_kernels):
     monkeypatch.setenv(build.DISABLE_VARIABLE, '0')
     q, k, values, table, _, b, _ = _inputs(2, 2, 5, 3, 8)
     with torch.no_grad():
-        assert not native.applies(q, k, values, table, decoder_causal_mask(5, 8), None, b)
+        assert native.kernel_window(q, k, values, table, _original_mask(5, 3), None, b) is None
     assert build.load_kernel('causal_relative_attention') is None
 
 

@@ -1,33 +1,36 @@
 r"""
 # Causal relative attention in one kernel (no-grad float32 inference on the CPU)
 
-A decoder's relative attention (`relative_attention.py`) for queries that are the last `qlen` of `klen` keys:
+A decoder's relative attention (`relative_attention.py`) for queries that are the last `qlen` of `klen` keys,
+query $i$ (at position $m + i$) seeing the `window` keys up to its own position, $J_i = \{j : m + i - w < j \le
+m + i\}$ ($w \ge k$: every key up to it, the decoder's causal mask; $w$ = `mem_len`: `same_length`'s mask):
 
-$$\mathit{out}_i = \sum_{j \le m + i} \mathop{softmax}_j\bigl(\mathit{scale} \cdot A_{i,j}\bigr)\, v_j, \qquad
+$$\mathit{out}_i = \sum_{j \in J_i} \mathop{softmax}_j\bigl(\mathit{scale} \cdot A_{i,j}\bigr)\, v_j, \qquad
   A_{i,j} = (q_i + a)^\top k_j + (q_i + b)^\top r_{s} + c_{s}, \quad s = j + q - 1 - i$$
 
 with the content bias $a$ ($u$), the position bias $b$ ($v$) and attention type 1's per-entry bias $c$ each
-optional. PyTorch's fastest path for it (`relative_attention_sdpa` with `CausalPositionBias`) computes the
-position terms of every query against every table entry into a buffer, `[batch, heads, qlen, klen]` of them
-written to memory, and SDPA then reads them back as a bias and multiplies the full $q \times k$ products,
-masked future included. The kernel (`causal_relative_attention.cpp`) works per block of 32 queries of one head:
+optional. PyTorch's fastest path for it (`relative_attention_sdpa`, with `CausalPositionBias` under the causal
+mask) computes the position terms of every query against every table entry into a buffer, `[batch, heads, qlen,
+klen]` of them written to memory, and SDPA then reads them back as a bias and multiplies the full $q \times k$
+products, masked keys included. The kernel (`causal_relative_attention.cpp`) works per block of 32 queries of
+one head:
 
-* it multiplies only the keys that some query of the block can see ($m + i_0 + 32$ of them), and for the table
-  only the entries those keys need: with a memory as long as the segment, a quarter of the products is the
-  masked future, now skipped;
+* it multiplies only the keys that some query of the block can see, and for the table only the entries those
+  keys need: with a memory as long as the segment, a quarter of the products of the causal mask is the masked
+  future, now skipped (and with `same_length`, the masked past too);
 * the block's position terms are used where they are made (in cache), read with the relative shift as an
   offset per row: row $r$ of the block reads its entries from $31 - r$ on;
-* the scale, the causal mask, the softmax and the normalisation are one pass over each row's visible keys; the
-  output goes straight into `[qlen, batch, heads, d_head]`, the heads concatenated with no copy.
+* the scale, the mask, the softmax and the normalisation are one pass over each row's visible keys; the output
+  goes straight into `[qlen, batch, heads, d_head]`, the heads concatenated with no copy.
 
 Its products are BLAS's `sgemm` (the one PyTorch links), its `exp` a polynomial the compiler vectorises (within
-2 ulp). On the benchmark's layer (batch 8, 4 heads of 64, 128 queries behind 128 keys) it took 2.3 ms against
-3.8 to 4.1 ms for the PyTorch path (`experiments/benchmark.py` measures the model). The results agree with the
-plain computation to float rounding (tested at 1e-5).
+2 ulp). On the benchmark's layer (batch 8, 4 heads of 64, 128 queries behind 128 keys) it took 2.3 to 2.7 ms
+against 3.8 to 4.1 ms for the PyTorch path (`experiments/benchmark.py` measures the model). The results agree
+with the plain computation to float rounding (tested at 1e-5).
 
-It runs where it applies (`applies`: float32 CPU tensors, no gradient, outside autocast and `torch.compile`,
-exactly the decoder's causal mask) and where it could be built and passed its first check against the PyTorch
-path; elsewhere the callers run that path.
+It runs where `kernel_window` says it serves the call (float32 CPU tensors, no gradient, outside autocast and
+`torch.compile`, exactly a `decoder_window_mask`) and where it could be built and passed its first check against
+the PyTorch path; elsewhere the callers run that path.
 """
 import warnings
 from typing import Optional
@@ -35,7 +38,7 @@ from typing import Optional
 import torch
 from torch.nn import functional as F
 
-from ..relative_attention import is_decoder_causal_mask
+from ..relative_attention import decoder_key_window, decoder_window_mask
 from .build import load_kernel, native_kernels_enabled
 
 # Queries per block: 32 and 64 ran alike on the benchmark's layer, 16 and 128 slower
@@ -45,7 +48,7 @@ QUERY_BLOCK = 32
 _kernel_works: Optional[bool] = None
 
 
-def _reference(q, k, values, table, content_bias, position_bias, entry_bias, scale):
+def _reference(q, k, values, table, content_bias, position_bias, entry_bias, scale, window):
     """The computation written out in PyTorch, `[qlen, batch, heads, d_head]`, for the first check."""
     qlen, klen = q.shape[-2], k.shape[-2]
     q_a = q if content_bias is None else q + content_bias[:, None]
@@ -55,9 +58,8 @@ def _reference(q, k, values, table, content_bias, position_bias, entry_bias, sca
     positions = (q_b @ table.transpose(-1, -2)).gather(-1, entry.expand(*q.shape[:2], -1, -1))
     if entry_bias is not None:
         positions = positions + entry_bias[:, entry]
-    future = torch.ones(qlen, klen, dtype=torch.bool).triu_(1 + klen - qlen)
     scores = ((q_a @ k.transpose(-1, -2)) + positions) * scale
-    weights = F.softmax(scores.masked_fill(future, float('-inf')), dim=-1)
+    weights = F.softmax(scores.masked_fill(decoder_window_mask(qlen, klen, window), float('-inf')), dim=-1)
     return (weights @ values).permute(2, 0, 1, 3)
 
 
@@ -68,17 +70,17 @@ def _check(module) -> bool:
     def randn(*shape):
         return torch.randn(*shape, generator=generator)
 
-    # 2 batches, 3 heads, 37 queries (a partial block) behind 11 keys of memory, heads of 8
+    # 2 batches, 3 heads, 37 queries (a partial block) behind 11 keys of memory, each seeing at most 20, heads of 8
     q, k, values = randn(2, 3, 37, 8), randn(2, 3, 48, 8), randn(2, 3, 48, 8)
     table, content_bias, position_bias, entry_bias = randn(3, 49, 8), randn(3, 8), randn(3, 8), randn(3, 49)
     try:
         out = module.causal_relative_attention(q, k, values, table, content_bias, position_bias, entry_bias, 0.3,
-                                               QUERY_BLOCK)
+                                               20, QUERY_BLOCK)
     except RuntimeError as error:
         warnings.warn(f"labml_txl's causal relative attention kernel failed its first check ({error}); "
                       f"the PyTorch path runs instead", RuntimeWarning)
         return False
-    expected = _reference(q, k, values, table, content_bias, position_bias, entry_bias, 0.3)
+    expected = _reference(q, k, values, table, content_bias, position_bias, entry_bias, 0.3, window=20)
     if not torch.allclose(out, expected, rtol=1e-4, atol=1e-5):
         warnings.warn("labml_txl's causal relative attention kernel gave other results than PyTorch in its first "
                       "check; the PyTorch path runs instead", RuntimeWarning)
@@ -95,26 +97,30 @@ def kernel_available() -> bool:
     return _kernel_works
 
 
-def applies(q: torch.Tensor, k: torch.Tensor, values: torch.Tensor, table: torch.Tensor,
-            masked: Optional[torch.Tensor], *biases: Optional[torch.Tensor]) -> bool:
-    """Whether `causal_relative_attention` serves this call: kernels enabled (`native_kernels_enabled`), float32
-    CPU tensors, no gradient, outside autocast and `torch.compile`, a table with at least `klen` entries, `masked` exactly the decoder's causal mask, and the
-    kernel available (built on the first call that gets this far)."""
-    qlen, klen = q.shape[-2], k.shape[-2]
+def kernel_window(q: torch.Tensor, k: torch.Tensor, values: torch.Tensor, table: torch.Tensor,
+                  masked: Optional[torch.Tensor], *biases: Optional[torch.Tensor]) -> Optional[int]:
+    """The number of keys up to its own position that each query sees, where `causal_relative_attention` serves
+    this call, else None. It serves: kernels enabled (`native_kernels_enabled`), float32 CPU tensors, no gradient,
+    outside autocast and `torch.compile`, a table with at least `klen` entries, `masked` exactly a
+    `decoder_window_mask` (the decoder's causal mask, or `same_length`'s), and the kernel available (built on the
+    first call that gets this far)."""
     tensors = [q, k, values, table] + [bias for bias in biases if bias is not None]
-    return (native_kernels_enabled() and not torch.is_grad_enabled() and not torch.compiler.is_compiling()
-            and not torch.is_autocast_enabled('cpu')
-            and all(t.device.type == 'cpu' and t.dtype == torch.float32 for t in tensors)
-            and q.dim() == 4 and table.shape[-2] >= klen and is_decoder_causal_mask(masked, qlen, klen)
-            and kernel_available())
+    if not (native_kernels_enabled() and not torch.is_grad_enabled() and not torch.compiler.is_compiling()
+            and not torch.is_autocast_enabled('cpu') and q.dim() == 4 and table.shape[-2] >= k.shape[-2]
+            and all(t.device.type == 'cpu' and t.dtype == torch.float32 for t in tensors)):
+        return None
+    window = decoder_key_window(masked, q.shape[-2], k.shape[-2])
+    return window if window is not None and kernel_available() else None
 
 
 def causal_relative_attention(q: torch.Tensor, k: torch.Tensor, values: torch.Tensor, table: torch.Tensor,
                               content_bias: Optional[torch.Tensor], position_bias: Optional[torch.Tensor],
-                              scale: float, entry_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+                              scale: float, entry_bias: Optional[torch.Tensor] = None,
+                              window: Optional[int] = None) -> torch.Tensor:
     r"""
-    $\sum_j \mathop{softmax}_j(\mathit{scale} \cdot A_{i,j}) v_j$ under the decoder's causal mask, by the kernel
-    (call only where `applies`).
+    $\sum_j \mathop{softmax}_j(\mathit{scale} \cdot A_{i,j}) v_j$ over the `window` keys up to each query's own
+    position (None: all of them, the decoder's causal mask), by the kernel (call only where `kernel_window` gives
+    the window).
 
     Shape:
         `q` `[batch, heads, qlen, d_head]` (any strides), `k`, `values` `[batch, heads, klen, d_head]`, `table`
@@ -132,5 +138,6 @@ def causal_relative_attention(q: torch.Tensor, k: torch.Tensor, values: torch.Te
     out = module.causal_relative_attention(rows(q), rows(k), rows(values), rows(table),
                                            None if content_bias is None else content_bias.contiguous(),
                                            None if position_bias is None else position_bias.contiguous(),
-                                           rows(entry_bias), scale, QUERY_BLOCK)
+                                           rows(entry_bias), scale, k.shape[-2] if window is None else window,
+                                           QUERY_BLOCK)
     return out.view(qlen, batch, heads * d_head)

@@ -1,16 +1,17 @@
 // Causal relative attention of Transformer-XL for no-grad float32 inference on the CPU, in one pass per block of
-// queries (see causal_relative_attention.py for what it computes and when it runs).
+// queries (see attention.py for what it computes and when it runs).
 //
-// For query i of a segment of Q queries behind a memory of M = K - Q keys, the visible keys are j = 0 .. M + i,
-// the relative-table entry of key j is s = j + (Q - 1 - i) (distances K - 1 .. 0), and
+// For query i of a segment of Q queries behind a memory of M = K - Q keys, the visible keys are the W keys up to
+// its own position, j = max(0, M + i - W + 1) .. M + i (W >= K: every key up to it, the decoder's causal mask;
+// W = mem_len: same_length's), the relative-table entry of key j is s = j + (Q - 1 - i) (distances K - 1 .. 0), and
 //
 //     A[i, j] = (q_i + a)^T k_j + (q_i + b)^T r_s + c_s,     out_i = sum_j softmax_j(scale * A[i, j]) v_j
 //
 // with a the content bias (u), b the position bias (v) and c a per-entry bias (attention type 1's b_s), each
-// optional. Each block of queries i0 .. i0 + n - 1 of one (batch, head) sees keys 0 .. L - 1, L = M + i0 + n, and
-// needs the table entries s = Q - i0 - n .. Q - i0 - n + L - 1: two products of n x L, the weights of each row in
-// one pass over them, and one product with the values. Keys in the future of the whole block are never touched;
-// those in the future of a row inside the block get weight zero.
+// optional. A block of queries i0 .. i0 + n - 1 of one (batch, head) sees the keys J0 .. J1 - 1 (J0 the first key
+// of its first query, J1 = M + i0 + n) and needs the table entries from s0 = J0 + Q - i0 - n on, as many: two
+// products of n x (J1 - J0), the weights of each row in one pass, and one product with the values. Keys outside
+// the block's window are never touched; those outside a row's own window get weight zero.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
@@ -95,14 +96,15 @@ void check_float32_rows(const torch::Tensor &t, const char *name, int64_t dim) {
 }  // namespace
 
 // q [B, H, Q, D], k and v [B, H, K, D], table [H, R, D] (entries s = 0 .. R - 1 hold distances K - 1 - s, R >= K),
-// content_bias and position_bias [H, D] or empty, entry_bias [H, R] or empty; every last axis contiguous.
+// content_bias and position_bias [H, D] or empty, entry_bias [H, R] or empty; every last axis contiguous. Each
+// query sees the `window` keys up to its own position (or all of them before it, if fewer).
 // Returns [Q, B, H, D] (the heads' outputs in the layout that concatenates them with a view).
 torch::Tensor causal_relative_attention(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
                                         const torch::Tensor &table,
                                         const std::optional<torch::Tensor> &content_bias_or_none,
                                         const std::optional<torch::Tensor> &position_bias_or_none,
                                         const std::optional<torch::Tensor> &entry_bias_or_none, double scale,
-                                        int64_t block) {
+                                        int64_t window, int64_t block) {
   const torch::Tensor none;
   const torch::Tensor &content_bias = content_bias_or_none ? *content_bias_or_none : none;
   const torch::Tensor &position_bias = position_bias_or_none ? *position_bias_or_none : none;
@@ -115,7 +117,7 @@ torch::Tensor causal_relative_attention(const torch::Tensor &q, const torch::Ten
   TORCH_CHECK(k.sizes() == v.sizes() && k.size(0) == B && k.size(1) == H && k.size(3) == D && K >= Q,
               "k and v must be [B, H, K, D] with K >= Q for q [B, H, Q, D]");
   TORCH_CHECK(table.size(0) == H && table.size(1) >= K && table.size(2) == D, "table must be [H, R >= K, D]");
-  TORCH_CHECK(block > 0, "block must be positive");
+  TORCH_CHECK(block > 0 && window > 0, "block and window must be positive");
   // BLAS takes int sizes and strides
   TORCH_CHECK(std::max({K, q.stride(2), k.stride(2), v.stride(2), table.stride(1), B * H * D}) < INT_MAX,
               "sizes and row strides must fit BLAS's int");
@@ -153,9 +155,10 @@ torch::Tensor causal_relative_attention(const torch::Tensor &q, const torch::Ten
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / (H * blocks), h = (item / blocks) % H, i0 = (item % blocks) * block;
       const int64_t n = std::min(block, Q - i0);
-      // Keys visible to the block's last query
-      const int64_t L = M + i0 + n;
-      const float *qh = qs.at(b, h) + i0 * qs.row, *kh = ks.at(b, h), *vh = vs.at(b, h);
+      // The keys of query i: [first(i), M + i]; of the block: [J0, J1), width L
+      auto first = [&](int64_t i) { return std::max<int64_t>(0, M + i - window + 1); };
+      const int64_t J0 = first(i0), J1 = M + i0 + n, L = J1 - J0;
+      const float *qh = qs.at(b, h) + i0 * qs.row, *kh = ks.at(b, h) + J0 * ks.row, *vh = vs.at(b, h) + J0 * vs.row;
 
       // Queries q_i + a and q_i + b, or q_i itself where a bias is absent
       const float *qa = qh, *qb = qh;
@@ -168,46 +171,49 @@ torch::Tensor causal_relative_attention(const torch::Tensor &q, const torch::Ten
         add_bias_to_rows(qh, qs.row, position + h * D, n, D, q_position.data());
         qb = q_position.data(), ldb = D;
       }
-      // (a) + (c): S[r, j] = (q_i + a)^T k_j for j < L
+      // (a) + (c): S[r, t] = (q_i + a)^T k_{J0 + t}
       product_with_transposed(n, L, D, qa, lda, kh, ks.row, scores.data(), L);
-      // (b) + (d): P[r, t] = (q_i + b)^T r_{s0 + t}, s0 = Q - i0 - n, the first table entry the block reads
-      const int64_t s0 = Q - i0 - n;
+      // (b) + (d): P[r, t] = (q_i + b)^T r_{s0 + t}, from the entry s0 of the block's last query and first key
+      const int64_t s0 = J0 + Q - i0 - n;
       product_with_transposed(n, L, D, qb, ldb, table_data + h * table_head + s0 * table_row, table_row,
                               positions.data(), L);
 
       for (int64_t r = 0; r < n; ++r) {
-        const int64_t i = i0 + r, visible = M + i + 1;
+        const int64_t i = i0 + r;
+        // This row's keys, as columns of the block: [begin, end)
+        const int64_t begin = first(i) - J0, end = M + i + 1 - J0;
         float *s = scores.data() + r * L;
-        // Key j's entry is s = j + Q - 1 - i = s0 + (j + n - 1 - r): row r of P shifted left by n - 1 - r
+        // Key j = J0 + t has entry j + Q - 1 - i = s0 + t + (n - 1 - r): row r of P shifted left by n - 1 - r
         const float *p = positions.data() + r * L + (n - 1 - r);
         const float *c = has_entry ? entry + h * entry_head + s0 + (n - 1 - r) : nullptr;
         // scale * A[i, j] and its maximum over the visible keys
         float row_max = -3.0e38f;
         if (c) {
 #pragma omp simd reduction(max : row_max)
-          for (int64_t j = 0; j < visible; ++j) {
-            const float x = (s[j] + (p[j] + c[j])) * scale_f;
-            s[j] = x;
+          for (int64_t t = begin; t < end; ++t) {
+            const float x = (s[t] + (p[t] + c[t])) * scale_f;
+            s[t] = x;
             row_max = std::max(row_max, x);
           }
         } else {
 #pragma omp simd reduction(max : row_max)
-          for (int64_t j = 0; j < visible; ++j) {
-            const float x = (s[j] + p[j]) * scale_f;
-            s[j] = x;
+          for (int64_t t = begin; t < end; ++t) {
+            const float x = (s[t] + p[t]) * scale_f;
+            s[t] = x;
             row_max = std::max(row_max, x);
           }
         }
-        // e^{x_j - max} and their sum; the future keys of this row weigh 0
+        // e^{x_t - max} and their sum; the keys outside this row's window weigh 0
         float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
-        for (int64_t j = 0; j < visible; ++j) {
-          const float e = exp_nonpositive(s[j] - row_max);
-          s[j] = e;
+        for (int64_t t = begin; t < end; ++t) {
+          const float e = exp_nonpositive(s[t] - row_max);
+          s[t] = e;
           sum += e;
         }
         inverse_sums[r] = 1.f / sum;
-        std::fill(s + visible, s + L, 0.f);
+        std::fill(s, s + begin, 0.f);
+        std::fill(s + end, s + L, 0.f);
       }
       // out_i = sum_j w_ij v_j with w_ij = e_ij / sum_j e_ij: the product of the unnormalised e, then each row of
       // D outputs divided (a pass over n x D rather than n x L)

@@ -128,12 +128,13 @@ class XLAttentionBase(nn.Module):
                                     attn_mask: Optional[torch.Tensor], r_bias: Optional[torch.Tensor] = None,
                                     causal_bias: Optional[CausalPositionBias] = None) -> torch.Tensor:
         """Relative attention where `_use_sdpa_bias` holds, `[qlen, bsz, n_head * d_head]`: under the decoder's
-        causal mask by our kernel (`native/causal_relative_attention.py`) where it applies, else by SDPA with the
+        causal mask (or `same_length`'s) by our kernel (`native/attention.py`) where it applies, else by SDPA with the
         position terms as its bias (`relative_attention_sdpa`, `causal_bias` for its causal case). Arguments as
         `relative_attention_sdpa`'s; `attn_mask` as the layer takes it."""
         masked = heads_mask(attn_mask)
-        if native.applies(q, k, head_v, r, masked, u, v, r_bias):
-            return native.causal_relative_attention(q, k, head_v, r, u, v, self.scale, r_bias)
+        window = native.kernel_window(q, k, head_v, r, masked, u, v, r_bias)
+        if window is not None:
+            return native.causal_relative_attention(q, k, head_v, r, u, v, self.scale, r_bias, window)
         return from_heads(relative_attention_sdpa(q, k, head_v, r, u, v, self.scale, masked, r_bias=r_bias,
                                                   causal_bias=causal_bias))
 
