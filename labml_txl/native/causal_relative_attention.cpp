@@ -22,27 +22,46 @@
 #include <optional>
 #include <vector>
 
+#include <ATen/native/CPUBlas.h>
+
+#ifndef CPUBLAS_BRGEMM_F32F32F32
 // BLAS's single-precision product, LP64 (`int` sizes): PyTorch's CPU library exports it (MKL in x86 builds,
 // OpenBLAS in others). Column-major, as BLAS is.
 extern "C" void sgemm_(const char *transa, const char *transb, const int *m, const int *n, const int *k,
                        const float *alpha, const float *a, const int *lda, const float *b, const int *ldb,
                        const float *beta, float *c, const int *ldc);
+#endif
 
 namespace {
 
-// Row-major C[m, n] = A[m, d] B[n, d]^T, i.e. column-major C^T = B A^T.
-void product_with_transposed(int m, int n, int d, const float *a, int lda, const float *b, int ldb, float *c,
-                             int ldc) {
-  const char trans = 'T', plain = 'N';
-  const float one = 1.f, zero = 0.f;
-  sgemm_(&trans, &plain, &n, &m, &d, &one, b, &ldb, a, &lda, &zero, c, &ldc);
-}
-
-// Row-major C[m, n] = A[m, l] B[l, n], i.e. column-major C^T = B^T A^T.
-void product(int m, int n, int l, const float *a, int lda, const float *b, int ldb, float *c, int ldc) {
+// Row-major C[m, n] = A[m, l] B[l, n]. PyTorch's `brgemm` (oneDNN's small-matrix kernels, which its own CPU flash
+// attention calls) where this PyTorch has it for float32: 20% to 30% faster than MKL's sgemm at these shapes
+// (32 x 256 x 64 and the like, one thread); else BLAS's sgemm (column-major C^T = B^T A^T).
+void product(int64_t m, int64_t n, int64_t l, const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
+             int64_t ldc) {
+#ifdef CPUBLAS_BRGEMM_F32F32F32
+  at::native::cpublas::brgemm(m, n, l, lda, ldb, ldc, false, a, b, c, false);
+#else
   const char plain = 'N';
   const float one = 1.f, zero = 0.f;
-  sgemm_(&plain, &plain, &n, &m, &l, &one, b, &ldb, a, &lda, &zero, c, &ldc);
+  const int m_ = m, n_ = n, l_ = l, lda_ = lda, ldb_ = ldb, ldc_ = ldc;
+  sgemm_(&plain, &plain, &n_, &m_, &l_, &one, b, &ldb_, a, &lda_, &zero, c, &ldc_);
+#endif
+}
+
+// Hands the product kernels' per-thread state back at the end of a thread's share of work
+void release_products() {
+#ifdef CPUBLAS_BRGEMM_F32F32F32
+  at::native::cpublas::brgemm_release(false);
+#endif
+}
+
+// out[d, j] = rows[j, d] for `count` rows of D (a [count, D] block with row stride `row_stride` into [D, count])
+void transpose_rows(const float *rows, int64_t row_stride, int64_t count, int64_t D, float *out) {
+  for (int64_t j = 0; j < count; ++j) {
+    const float *row = rows + j * row_stride;
+    for (int64_t d = 0; d < D; ++d) out[d * count + j] = row[d];
+  }
 }
 
 // exp(x) for x <= 0 in plain arithmetic the compiler vectorises (within 1.4 ulp of exp in double, checked over
@@ -148,17 +167,31 @@ torch::Tensor causal_relative_attention(const torch::Tensor &q, const torch::Ten
   const int64_t out_row = B * H * D, M = K - Q, blocks = (Q + block - 1) / block;
   const float scale_f = static_cast<float>(scale);
 
+  // The table transposed, [H, D, K] (entries 0 .. K - 1): the second factor of the position products
+  std::vector<float> table_t(H * D * K);
+  at::parallel_for(0, H, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t h = begin; h < end; ++h)
+      transpose_rows(table_data + h * table_head, table_row, K, D, table_t.data() + h * D * K);
+  });
+
   at::parallel_for(0, B * H * blocks, 1, [&](int64_t begin, int64_t end) {
-    // Per thread: the block's scores and position terms [n, L], its queries plus each bias [n, D], 1 / row sums
-    std::vector<float> scores(block * K), positions(block * K), q_content(block * D), q_position(block * D),
-        inverse_sums(block);
+    // Per thread: the keys of one (batch, head) transposed [D, K], the block's scores and position terms [n, L],
+    // its queries plus each bias [n, D], 1 / row sums
+    std::vector<float> keys_t(D * K), scores(block * K), positions(block * K), q_content(block * D),
+        q_position(block * D), inverse_sums(block);
+    int64_t keys_t_of = -1;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / (H * blocks), h = (item / blocks) % H, i0 = (item % blocks) * block;
       const int64_t n = std::min(block, Q - i0);
       // The keys of query i: [first(i), M + i]; of the block: [J0, J1), width L
       auto first = [&](int64_t i) { return std::max<int64_t>(0, M + i - window + 1); };
       const int64_t J0 = first(i0), J1 = M + i0 + n, L = J1 - J0;
-      const float *qh = qs.at(b, h) + i0 * qs.row, *kh = ks.at(b, h) + J0 * ks.row, *vh = vs.at(b, h) + J0 * vs.row;
+      const float *qh = qs.at(b, h) + i0 * qs.row, *vh = vs.at(b, h) + J0 * vs.row;
+      // Consecutive items are the blocks of one (batch, head): its keys are transposed once for them
+      if (keys_t_of != b * H + h) {
+        transpose_rows(ks.at(b, h), ks.row, K, D, keys_t.data());
+        keys_t_of = b * H + h;
+      }
 
       // Queries q_i + a and q_i + b, or q_i itself where a bias is absent
       const float *qa = qh, *qb = qh;
@@ -172,11 +205,10 @@ torch::Tensor causal_relative_attention(const torch::Tensor &q, const torch::Ten
         qb = q_position.data(), ldb = D;
       }
       // (a) + (c): S[r, t] = (q_i + a)^T k_{J0 + t}
-      product_with_transposed(n, L, D, qa, lda, kh, ks.row, scores.data(), L);
+      product(n, L, D, qa, lda, keys_t.data() + J0, K, scores.data(), L);
       // (b) + (d): P[r, t] = (q_i + b)^T r_{s0 + t}, from the entry s0 of the block's last query and first key
       const int64_t s0 = J0 + Q - i0 - n;
-      product_with_transposed(n, L, D, qb, ldb, table_data + h * table_head + s0 * table_row, table_row,
-                              positions.data(), L);
+      product(n, L, D, qb, ldb, table_t.data() + h * D * K + s0, K, positions.data(), L);
 
       for (int64_t r = 0; r < n; ++r) {
         const int64_t i = i0 + r;
@@ -226,6 +258,7 @@ torch::Tensor causal_relative_attention(const torch::Tensor &q, const torch::Ten
         for (int64_t d = 0; d < D; ++d) o[d] *= inverse;
       }
     }
+    release_products();
   });
   return out;
 }
