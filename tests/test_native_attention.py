@@ -92,6 +92,21 @@ def test_kernel_equals_the_plain_computation(shape, biases):
     torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
 
 
+def test_kernel_built_with_sgemm_equals_the_brgemm_build():
+    """The build for a PyTorch without float32 `brgemm` multiplies with BLAS's sgemm: the same numbers to float
+    rounding, on a causal and a `same_length` window."""
+    sgemm_build = build.load_kernel('causal_relative_attention', defines=('LABML_TXL_KERNEL_SGEMM',))
+    default_build = build.load_kernel('causal_relative_attention')
+    assert sgemm_build is not None and sgemm_build is not default_build
+    q, k, values, table, a, b, c = _inputs(2, 3, 37, 40, 16)
+    for window in (77, 30):
+        with torch.no_grad():
+            out = sgemm_build.causal_relative_attention(q, k, values, table, a, b, c, 0.3, window, 32)
+        mask = decoder_window_mask(37, 77, window)
+        torch.testing.assert_close(out.reshape(37, 2, -1).double(),
+                                   _plain_attention(q, k, values, table, a, b, c, 0.3, mask), rtol=1e-5, atol=1e-5)
+
+
 def test_kernel_reads_strided_tables_and_biases():
     """The tables of attention type 1 are transposed views of `[klen, heads, d_head]` parameters."""
     q, k, values, table, a, _, c = _inputs(2, 3, 6, 4, 8, table_extra=0)
@@ -264,6 +279,6 @@ def test_a_kernel_with_wrong_results_is_not_used(monkeypatch, fresh_kernels):
         def causal_relative_attention(q, *args):
             return torch.zeros(q.shape[2], q.shape[0], q.shape[1], q.shape[3])
 
-    monkeypatch.setattr(build, '_loaded', {'causal_relative_attention': WrongKernel()})
+    monkeypatch.setattr(build, '_loaded', {('causal_relative_attention',): WrongKernel()})
     with pytest.warns(RuntimeWarning, match='other results than PyTorch'):
         assert not native.kernel_available()

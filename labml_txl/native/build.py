@@ -22,15 +22,15 @@ import sys
 import warnings
 from pathlib import Path
 from types import ModuleType
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 
 # The environment variable that turns the kernels off, and the value that does it
 DISABLE_VARIABLE = 'LABML_TXL_NATIVE'
 
-# Each kernel's module (or None where it could not be built), by name, once tried
-_loaded: Dict[str, Optional[ModuleType]] = {}
+# Each kernel's module (or None where it could not be built), by name and defines, once tried
+_loaded: Dict[Tuple[str, ...], Optional[ModuleType]] = {}
 
 
 # How many `disabled()` blocks are open
@@ -82,25 +82,28 @@ def _ensure_ninja_on_path() -> None:
     os.environ['PATH'] = ninja.BIN_DIR + os.pathsep + os.environ.get('PATH', '')
 
 
-def load_kernel(name: str) -> Optional[ModuleType]:
+def load_kernel(name: str, defines: Tuple[str, ...] = ()) -> Optional[ModuleType]:
     """
     The compiled module of `labml_txl/native/{name}.cpp`, built on the first call in this process (and cached on
     disk), or None where it cannot be built or `LABML_TXL_NATIVE=0`; a failed build warns once with the reason.
+    `defines` are preprocessor macros for a variant of the kernel (a build of its own).
     """
-    if name in _loaded:
-        return _loaded[name]
+    key = (name,) + tuple(defines)
+    if key in _loaded:
+        return _loaded[key]
     module = None
     if _environment_allows():
-        module = _build(name)
-    _loaded[name] = module
+        module = _build(name, tuple(defines))
+    _loaded[key] = module
     return module
 
 
-def _build(name: str) -> Optional[ModuleType]:
+def _build(name: str, defines: Tuple[str, ...]) -> Optional[ModuleType]:
     from torch.utils import cpp_extension
 
     source = Path(__file__).with_name(f'{name}.cpp')
-    module_name = f'labml_txl_{name}_{_build_tag()}'
+    variant = hashlib.sha1(' '.join(defines).encode()).hexdigest()[:6] if defines else ''
+    module_name = f'labml_txl_{name}_{_build_tag()}' + (f'_{variant}' if variant else '')
     _ensure_ninja_on_path()
     build_directory = Path(os.environ.get('TORCH_EXTENSIONS_DIR') or cpp_extension.get_default_build_root(),
                            module_name)
@@ -109,8 +112,9 @@ def _build(name: str) -> Optional[ModuleType]:
               file=sys.stderr, flush=True)
     try:
         build_directory.mkdir(parents=True, exist_ok=True)
-        return cpp_extension.load(module_name, [str(source)], extra_cflags=['-O3', '-march=native', '-fopenmp'],
-                                  extra_ldflags=['-fopenmp'], build_directory=str(build_directory), verbose=False)
+        flags = ['-O3', '-march=native', '-fopenmp'] + [f'-D{define}' for define in defines]
+        return cpp_extension.load(module_name, [str(source)], extra_cflags=flags, extra_ldflags=['-fopenmp'],
+                                  build_directory=str(build_directory), verbose=False)
     except Exception as error:  # a missing compiler or ninja, a failed compile, link or import: all mean "not here"
         warnings.warn(f"labml_txl could not build its {name} kernel ({_reason(error)}); the PyTorch path runs "
                       f"instead (same results, slower). It needs a C++ compiler with OpenMP (g++) and ninja; set "

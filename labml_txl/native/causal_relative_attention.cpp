@@ -24,7 +24,10 @@
 
 #include <ATen/native/CPUBlas.h>
 
-#ifndef CPUBLAS_BRGEMM_F32F32F32
+// brgemm for the products where PyTorch has it for float32, unless this build asks for sgemm (to test that path)
+#if defined(CPUBLAS_BRGEMM_F32F32F32) && !defined(LABML_TXL_KERNEL_SGEMM)
+#define USE_BRGEMM
+#else
 // BLAS's single-precision product, LP64 (`int` sizes): PyTorch's CPU library exports it (MKL in x86 builds,
 // OpenBLAS in others). Column-major, as BLAS is.
 extern "C" void sgemm_(const char *transa, const char *transb, const int *m, const int *n, const int *k,
@@ -39,7 +42,7 @@ namespace {
 // (32 x 256 x 64 and the like, one thread); else BLAS's sgemm (column-major C^T = B^T A^T).
 void product(int64_t m, int64_t n, int64_t l, const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
              int64_t ldc) {
-#ifdef CPUBLAS_BRGEMM_F32F32F32
+#ifdef USE_BRGEMM
   at::native::cpublas::brgemm(m, n, l, lda, ldb, ldc, false, a, b, c, false);
 #else
   const char plain = 'N';
@@ -51,7 +54,7 @@ void product(int64_t m, int64_t n, int64_t l, const float *a, int64_t lda, const
 
 // Hands the product kernels' per-thread state back at the end of a thread's share of work
 void release_products() {
-#ifdef CPUBLAS_BRGEMM_F32F32F32
+#ifdef USE_BRGEMM
   at::native::cpublas::brgemm_release(false);
 #endif
 }
