@@ -59,11 +59,13 @@ void release_products() {
 #endif
 }
 
-// out[d, j] = rows[j, d] for `count` rows of D (a [count, D] block with row stride `row_stride` into [D, count])
+// out[d, j] = rows[j, d] for `count` rows of D (a [count, D] block with row stride `row_stride` into [D, count]),
+// 16 rows at a time so that each write is a run of 16 (one row at a time, writes strided, took about twice as long)
 void transpose_rows(const float *rows, int64_t row_stride, int64_t count, int64_t D, float *out) {
-  for (int64_t j = 0; j < count; ++j) {
-    const float *row = rows + j * row_stride;
-    for (int64_t d = 0; d < D; ++d) out[d * count + j] = row[d];
+  for (int64_t j0 = 0; j0 < count; j0 += 16) {
+    const int64_t j1 = std::min(count, j0 + 16);
+    for (int64_t d = 0; d < D; ++d)
+      for (int64_t j = j0; j < j1; ++j) out[d * count + j] = rows[j * row_stride + d];
   }
 }
 
