@@ -212,7 +212,7 @@ def products_runner(cfg: BenchConfig) -> Callable[[], None]:
     causal = decoder_causal_mask(q, k)
 
     def attention():
-        if native.kernel_window(heads_q, heads_kv, heads_kv, table_heads, causal, None, position_bias) is not None:
+        if native.kernel_window(heads_q, table_heads, causal, k, heads_kv, position_bias) is not None:
             native.causal_relative_attention(heads_q, heads_kv, heads_kv, table_heads, None, position_bias, 0.125)
         else:
             torch.bmm(queries_by_head, table)

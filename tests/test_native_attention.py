@@ -85,7 +85,7 @@ def test_kernel_equals_the_plain_computation(shape, biases):
     a, b, c = (t if given else None for t, given in zip((a, b, c), biases))
     qlen, klen = q.shape[-2], k.shape[-2]
     with torch.no_grad():
-        assert native.kernel_window(q, k, values, table, _original_mask(qlen, klen - qlen), a, b, c) == klen
+        assert native.kernel_window(q, table, _original_mask(qlen, klen - qlen), klen, k, values, a, b, c) == klen
         out = native.causal_relative_attention(q, k, values, table, a, b, 0.3, c)
     expected = _plain_attention(q, k, values, table, a, b, c, 0.3)
     assert out.shape == expected.shape and out.dtype == torch.float32
@@ -101,10 +101,32 @@ def test_kernel_built_with_sgemm_equals_the_brgemm_build():
     q, k, values, table, a, b, c = _inputs(2, 3, 37, 40, 16)
     for window in (77, 30):
         with torch.no_grad():
-            out = sgemm_build.causal_relative_attention(q, k, values, table, a, b, c, 0.3, window, 32)
+            out = sgemm_build.causal_relative_attention(q, k[:, :, :40], values[:, :, :40], k[:, :, 40:],
+                                                            values[:, :, 40:], table, a, b, c, 0.3, window, 32)
         mask = decoder_window_mask(37, 77, window)
         torch.testing.assert_close(out.reshape(37, 2, -1).double(),
                                    _plain_attention(q, k, values, table, a, b, c, 0.3, mask), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('memory_rows', [0, 1, 31, 40, 77], ids=lambda m: f'memory={m}')
+def test_kernel_reads_keys_and_values_in_two_parts(memory_rows):
+    """The memory's keys and values and the segment's, each a view of its own projection, as the model passes
+    them: the same as the joined ones, for blocks that start in the memory, straddle the boundary or lie past it
+    (37 queries behind 40 keys of memory; `memory_rows` of the 77 keys in the first part)."""
+    q, k, values, table, a, b, c = _inputs(2, 3, 37, 40, 8)
+    # Keys and values strided as a projection's view is: `[len, bsz, 2 * heads * d_head]` in memory
+    projected = torch.cat([k, values], dim=1).permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3)
+    k_all, v_all = projected.split(3, dim=1)
+    k_memory, v_memory = (k_all[..., :memory_rows, :], v_all[..., :memory_rows, :]) if memory_rows else (None, None)
+    k_segment, v_segment = k_all[..., memory_rows:, :], v_all[..., memory_rows:, :]
+    assert not k_all.is_contiguous()
+    for window in (77, 25):
+        with torch.no_grad():
+            out = native.causal_relative_attention(q, k_segment, v_segment, table, a, b, 0.3, c, window,
+                                                   k_memory=k_memory, values_memory=v_memory)
+        torch.testing.assert_close(out.double(), _plain_attention(q, k, values, table, a, b, c, 0.3,
+                                                                  decoder_window_mask(37, 77, window)),
+                                   rtol=1e-5, atol=1e-5)
 
 
 def test_kernel_reads_strided_tables_and_biases():
@@ -123,13 +145,17 @@ def test_kernel_refuses_inconsistent_shapes_with_a_message():
     q, k, values, table, *_ = _inputs(1, 2, 4, 3, 8)
     module = build.load_kernel('causal_relative_attention')
     with pytest.raises(RuntimeError, match=r'table must be \[H, R >= K, D\]'):
-        module.causal_relative_attention(q, k, values, table[:, :5], None, None, None, 1.0, 7, 32)
-    with pytest.raises(RuntimeError, match='K >= Q'):
-        module.causal_relative_attention(q, k[:, :, :2], values[:, :, :2], table, None, None, None, 1.0, 7, 32)
+        module.causal_relative_attention(q, None, None, k, values, table[:, :5], None, None, None, 1.0, 7, 32)
+    with pytest.raises(RuntimeError, match='at least as many keys as queries'):
+        module.causal_relative_attention(q, None, None, k[:, :, :2], values[:, :, :2], table, None, None, None, 1.0,
+                                         7, 32)
     with pytest.raises(RuntimeError, match='float32'):
-        module.causal_relative_attention(q.double(), k, values, table, None, None, None, 1.0, 7, 32)
+        module.causal_relative_attention(q.double(), None, None, k, values, table, None, None, None, 1.0, 7, 32)
+    with pytest.raises(RuntimeError, match='k_memory and v_memory go together'):
+        module.causal_relative_attention(q, k[:, :, :3], None, k[:, :, 3:], values[:, :, 3:], table, None, None, None,
+                                         1.0, 7, 32)
     with pytest.raises(RuntimeError, match='window must be positive'):
-        module.causal_relative_attention(q, k, values, table, None, None, None, 1.0, 0, 32)
+        module.causal_relative_attention(q, None, None, k, values, table, None, None, None, 1.0, 0, 32)
 
 
 @pytest.mark.parametrize('qlen,mlen,mem_len', [(5, 0, 3), (5, 3, 3), (37, 40, 40), (70, 100, 100), (8, 4, 4),
@@ -140,7 +166,7 @@ def test_kernel_with_same_length_windows_equals_the_plain_computation(qlen, mlen
     q, k, values, table, a, b, c = _inputs(2, 2, qlen, mlen, 8)
     mask = _original_mask(qlen, mlen, mem_len)
     with torch.no_grad():
-        window = native.kernel_window(q, k, values, table, mask, a, b, c)
+        window = native.kernel_window(q, table, mask, k.shape[-2], k, values, a, b, c)
         assert window is not None
         out = native.causal_relative_attention(q, k, values, table, a, b, 0.3, c, window)
     torch.testing.assert_close(out.double(), _plain_attention(q, k, values, table, a, b, c, 0.3, mask),
@@ -170,21 +196,21 @@ def test_kernel_serves_only_no_grad_float32_cpu_under_a_window_mask():
     q, k, values, table, a, b, _ = _inputs(2, 2, 5, 3, 8)
     causal = _original_mask(5, 3)
     with torch.no_grad():
-        assert native.kernel_window(q, k, values, table, causal, a, b) == 8
+        assert native.kernel_window(q, table, causal, 8, k, values, a, b) == 8
         # A padding mask, no mask, a broadcast form of the mask
         padding = causal.clone()
         padding[:, 1] = True
-        assert native.kernel_window(q, k, values, table, padding, a, b) is None
-        assert native.kernel_window(q, k, values, table, None, a, b) is None
-        assert native.kernel_window(q, k, values, table, causal[None, None], a, b) is None
+        assert native.kernel_window(q, table, padding, 8, k, values, a, b) is None
+        assert native.kernel_window(q, table, None, 8, k, values, a, b) is None
+        assert native.kernel_window(q, table, causal[None, None], 8, k, values, a, b) is None
         # a table shorter than the keys, float64, a float64 bias, autocast
-        assert native.kernel_window(q, k, values, table[:, :7], causal, a, b) is None
-        assert native.kernel_window(q.double(), k.double(), values.double(), table.double(), causal) is None
-        assert native.kernel_window(q, k, values, table, causal, a.double(), b) is None
+        assert native.kernel_window(q, table[:, :7], causal, 8, k, values, a, b) is None
+        assert native.kernel_window(q.double(), table.double(), causal, 8, k.double(), values.double()) is None
+        assert native.kernel_window(q, table, causal, 8, k, values, a.double(), b) is None
         with torch.autocast('cpu', dtype=torch.bfloat16):
-            assert native.kernel_window(q, k, values, table, causal, a, b) is None
+            assert native.kernel_window(q, table, causal, 8, k, values, a, b) is None
     # with gradients (the kernel has no backward)
-    assert native.kernel_window(q, k, values, table, causal, a, b) is None
+    assert native.kernel_window(q, table, causal, 8, k, values, a, b) is None
 
 
 @pytest.mark.parametrize('overrides', [dict(attn_type=0), dict(attn_type=1), dict(attn_type=0, same_length=True),
@@ -222,10 +248,10 @@ def test_disabled_block_runs_the_pytorch_path_and_ends_with_it(count_calls):
     data = torch.randint(40, (6, 2))
     with torch.no_grad():
         with native.disabled():
-            assert native.kernel_window(q, k, values, table, causal, None, b) is None
+            assert native.kernel_window(q, table, causal, 8, k, values, None, b) is None
             without = model(data[:5], data[1:])[0]
         assert calls == {}
-        assert native.kernel_window(q, k, values, table, causal, None, b) == 8
+        assert native.kernel_window(q, table, causal, 8, k, values, None, b) == 8
         torch.testing.assert_close(model(data[:5], data[1:])[0], without, rtol=1e-5, atol=1e-5)
     assert calls['causal_relative_attention'] == small_config()['n_layer']
 
@@ -243,7 +269,7 @@ def test_disabled_kernels_leave_the_pytorch_path(monkeypatch, fresh_kernels):
     monkeypatch.setenv(build.DISABLE_VARIABLE, '0')
     q, k, values, table, _, b, _ = _inputs(2, 2, 5, 3, 8)
     with torch.no_grad():
-        assert native.kernel_window(q, k, values, table, _original_mask(5, 3), None, b) is None
+        assert native.kernel_window(q, table, _original_mask(5, 3), 8, k, values, None, b) is None
     assert build.load_kernel('causal_relative_attention') is None
 
 

@@ -74,8 +74,9 @@ def _check(module) -> bool:
     q, k, values = randn(2, 3, 37, 8), randn(2, 3, 48, 8), randn(2, 3, 48, 8)
     table, content_bias, position_bias, entry_bias = randn(3, 49, 8), randn(3, 8), randn(3, 8), randn(3, 49)
     try:
-        out = module.causal_relative_attention(q, k, values, table, content_bias, position_bias, entry_bias, 0.3,
-                                               20, QUERY_BLOCK)
+        # (the keys and values in two parts, as the model passes them: 17 of memory and 31 more)
+        out = module.causal_relative_attention(q, k[:, :, :17], values[:, :, :17], k[:, :, 17:], values[:, :, 17:],
+                                               table, content_bias, position_bias, entry_bias, 0.3, 20, QUERY_BLOCK)
     except RuntimeError as error:
         warnings.warn(f"labml_txl's causal relative attention kernel failed its first check ({error}); "
                       f"the PyTorch path runs instead", RuntimeWarning)
@@ -97,47 +98,52 @@ def kernel_available() -> bool:
     return _kernel_works
 
 
-def kernel_window(q: torch.Tensor, k: torch.Tensor, values: torch.Tensor, table: torch.Tensor,
-                  masked: Optional[torch.Tensor], *biases: Optional[torch.Tensor]) -> Optional[int]:
+def kernel_window(q: torch.Tensor, table: torch.Tensor, masked: Optional[torch.Tensor], klen: int,
+                  *tensors: Optional[torch.Tensor]) -> Optional[int]:
     """The number of keys up to its own position that each query sees, where `causal_relative_attention` serves
-    this call, else None. It serves: kernels enabled (`native_kernels_enabled`), float32 CPU tensors, no gradient,
-    outside autocast and `torch.compile`, a table with at least `klen` entries, `masked` exactly a
+    the call of queries `q` over `klen` keys, else None; `tensors` are its other inputs (keys, values, biases;
+    None for one not given). It serves: kernels enabled (`native_kernels_enabled`), float32 CPU tensors, no
+    gradient, outside autocast and `torch.compile`, a table with at least `klen` entries, `masked` exactly a
     `decoder_window_mask` (the decoder's causal mask, or `same_length`'s), and the kernel available (built on the
     first call that gets this far)."""
-    tensors = [q, k, values, table] + [bias for bias in biases if bias is not None]
+    tensors = [q, table] + [t for t in tensors if t is not None]
     if not (native_kernels_enabled() and not torch.is_grad_enabled() and not torch.compiler.is_compiling()
-            and not torch.is_autocast_enabled('cpu') and q.dim() == 4 and table.shape[-2] >= k.shape[-2]
+            and not torch.is_autocast_enabled('cpu') and q.dim() == 4 and table.shape[-2] >= klen
             and all(t.device.type == 'cpu' and t.dtype == torch.float32 for t in tensors)):
         return None
-    window = decoder_key_window(masked, q.shape[-2], k.shape[-2])
+    window = decoder_key_window(masked, q.shape[-2], klen)
     return window if window is not None and kernel_available() else None
 
 
 def causal_relative_attention(q: torch.Tensor, k: torch.Tensor, values: torch.Tensor, table: torch.Tensor,
                               content_bias: Optional[torch.Tensor], position_bias: Optional[torch.Tensor],
-                              scale: float, entry_bias: Optional[torch.Tensor] = None,
-                              window: Optional[int] = None) -> torch.Tensor:
+                              scale: float, entry_bias: Optional[torch.Tensor] = None, window: Optional[int] = None,
+                              k_memory: Optional[torch.Tensor] = None,
+                              values_memory: Optional[torch.Tensor] = None) -> torch.Tensor:
     r"""
     $\sum_j \mathop{softmax}_j(\mathit{scale} \cdot A_{i,j}) v_j$ over the `window` keys up to each query's own
     position (None: all of them, the decoder's causal mask), by the kernel (call only where `kernel_window` gives
-    the window).
+    the window). The keys and values are `k_memory` followed by `k` and `values_memory` followed by `values`
+    (both memory parts None: `k` and `values` are all of them): the kernel reads the two parts where they are, so
+    they need not be concatenated.
 
     Shape:
-        `q` `[batch, heads, qlen, d_head]` (any strides), `k`, `values` `[batch, heads, klen, d_head]`, `table`
-        `[heads, rlen, d_head]` (entry $s$ the distance `klen - 1 - s`, `rlen >= klen`), `content_bias` ($a$),
-        `position_bias` ($b$) `[heads, d_head]` or None, `entry_bias` ($c$) `[heads, rlen]` or None.
+        `q` `[batch, heads, qlen, d_head]`, `k`, `values` `[batch, heads, len, d_head]`, `k_memory`,
+        `values_memory` `[batch, heads, mlen, d_head]` (`klen = mlen + len`; any strides but the last, as `q`),
+        `table` `[heads, rlen, d_head]` (entry $s$ the distance `klen - 1 - s`, `rlen >= klen`), `content_bias`
+        ($a$), `position_bias` ($b$) `[heads, d_head]` or None, `entry_bias` ($c$) `[heads, rlen]` or None.
         Returns `[qlen, batch, heads * d_head]`, the heads concatenated.
     """
     module = load_kernel('causal_relative_attention')
     batch, heads, qlen, d_head = q.shape
+    klen = k.shape[-2] + (0 if k_memory is None else k_memory.shape[-2])
 
     def rows(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
         # The kernel reads any strides but the last, which must be 1
         return t if t is None or t.stride(-1) == 1 else t.contiguous()
 
-    out = module.causal_relative_attention(rows(q), rows(k), rows(values), rows(table),
-                                           None if content_bias is None else content_bias.contiguous(),
+    out = module.causal_relative_attention(rows(q), rows(k_memory), rows(values_memory), rows(k), rows(values),
+                                           rows(table), None if content_bias is None else content_bias.contiguous(),
                                            None if position_bias is None else position_bias.contiguous(),
-                                           rows(entry_bias), scale, k.shape[-2] if window is None else window,
-                                           QUERY_BLOCK)
+                                           rows(entry_bias), scale, klen if window is None else window, QUERY_BLOCK)
     return out.view(qlen, batch, heads * d_head)

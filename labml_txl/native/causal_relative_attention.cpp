@@ -40,15 +40,16 @@ namespace {
 // Row-major C[m, n] = A[m, l] B[l, n]. PyTorch's `brgemm` (oneDNN's small-matrix kernels, which its own CPU flash
 // attention calls) where this PyTorch has it for float32: 20% to 30% faster than MKL's sgemm at these shapes
 // (32 x 256 x 64 and the like, one thread); else BLAS's sgemm (column-major C^T = B^T A^T).
+// With `accumulate`, C += A B.
 void product(int64_t m, int64_t n, int64_t l, const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
-             int64_t ldc) {
+             int64_t ldc, bool accumulate = false) {
 #ifdef USE_BRGEMM
-  at::native::cpublas::brgemm(m, n, l, lda, ldb, ldc, false, a, b, c, false);
+  at::native::cpublas::brgemm(m, n, l, lda, ldb, ldc, accumulate, a, b, c, false);
 #else
   const char plain = 'N';
-  const float one = 1.f, zero = 0.f;
+  const float one = 1.f, beta = accumulate ? 1.f : 0.f;
   const int m_ = m, n_ = n, l_ = l, lda_ = lda, ldb_ = ldb, ldc_ = ldc;
-  sgemm_(&plain, &plain, &n_, &m_, &l_, &one, b, &ldb_, a, &lda_, &zero, c, &ldc_);
+  sgemm_(&plain, &plain, &n_, &m_, &l_, &one, b, &ldb_, a, &lda_, &beta, c, &ldc_);
 #endif
 }
 
@@ -59,13 +60,14 @@ void release_products() {
 #endif
 }
 
-// out[d, j] = rows[j, d] for `count` rows of D (a [count, D] block with row stride `row_stride` into [D, count]),
-// 16 rows at a time so that each write is a run of 16 (one row at a time, writes strided, took about twice as long)
-void transpose_rows(const float *rows, int64_t row_stride, int64_t count, int64_t D, float *out) {
+// out[d, j] = rows[j, d] for `count` rows of D (a [count, D] block with row stride `row_stride` into the columns
+// 0 .. count - 1 of a [D, out_row] block), 16 rows at a time so that each write is a run of 16 (one row at a time,
+// writes strided, took about twice as long)
+void transpose_rows(const float *rows, int64_t row_stride, int64_t count, int64_t D, int64_t out_row, float *out) {
   for (int64_t j0 = 0; j0 < count; j0 += 16) {
     const int64_t j1 = std::min(count, j0 + 16);
     for (int64_t d = 0; d < D; ++d)
-      for (int64_t j = j0; j < j1; ++j) out[d * count + j] = rows[j * row_stride + d];
+      for (int64_t j = j0; j < j1; ++j) out[d * out_row + j] = rows[j * row_stride + d];
   }
 }
 
@@ -107,8 +109,28 @@ struct Heads {
   const float *data;
   int64_t batch, head, row;
   explicit Heads(const torch::Tensor &t)
-      : data(t.data_ptr<float>()), batch(t.stride(0)), head(t.stride(1)), row(t.stride(2)) {}
+      : data(t.defined() ? t.data_ptr<float>() : nullptr), batch(t.defined() ? t.stride(0) : 0),
+        head(t.defined() ? t.stride(1) : 0), row(t.defined() ? t.stride(2) : 0) {}
   const float *at(int64_t b, int64_t h) const { return data + b * batch + h * head; }
+};
+
+// Keys or values [B, H, K, D] given in two parts, the memory's (rows 0 .. M - 1, possibly none) and the segment's:
+// the concatenation is never made
+struct TwoParts {
+  Heads memory, segment;
+  int64_t memory_rows;
+  // Rows [begin, end) of (b, h) as runs within one part: calls `run(first row pointer, row stride, count, offset)`
+  template <typename F>
+  void runs(int64_t b, int64_t h, int64_t begin, int64_t end, F run) const {
+    if (begin < memory_rows) {
+      const int64_t stop = std::min(end, memory_rows);
+      run(memory.at(b, h) + begin * memory.row, memory.row, stop - begin, 0);
+    }
+    if (end > memory_rows) {
+      const int64_t start = std::max(begin, memory_rows);
+      run(segment.at(b, h) + (start - memory_rows) * segment.row, segment.row, end - start, start - begin);
+    }
+  }
 };
 
 void check_float32_rows(const torch::Tensor &t, const char *name, int64_t dim) {
@@ -119,17 +141,21 @@ void check_float32_rows(const torch::Tensor &t, const char *name, int64_t dim) {
 
 }  // namespace
 
-// q [B, H, Q, D], k and v [B, H, K, D], table [H, R, D] (entries s = 0 .. R - 1 hold distances K - 1 - s, R >= K),
-// content_bias and position_bias [H, D] or empty, entry_bias [H, R] or empty; every last axis contiguous. Each
-// query sees the `window` keys up to its own position (or all of them before it, if fewer).
+// q [B, H, Q, D]; the keys and values [B, H, K, D] as the memory's part k_memory, v_memory [B, H, M', D] (or
+// none) followed by the segment's k, v; table [H, R, D] (entries s = 0 .. R - 1 hold distances K - 1 - s, R >= K),
+// content_bias and position_bias [H, D] or none, entry_bias [H, R] or none; every last axis contiguous. Each query
+// sees the `window` keys up to its own position (or all of them before it, if fewer).
 // Returns [Q, B, H, D] (the heads' outputs in the layout that concatenates them with a view).
-torch::Tensor causal_relative_attention(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
-                                        const torch::Tensor &table,
+torch::Tensor causal_relative_attention(const torch::Tensor &q, const std::optional<torch::Tensor> &k_memory_or_none,
+                                        const std::optional<torch::Tensor> &v_memory_or_none,
+                                        const torch::Tensor &k, const torch::Tensor &v, const torch::Tensor &table,
                                         const std::optional<torch::Tensor> &content_bias_or_none,
                                         const std::optional<torch::Tensor> &position_bias_or_none,
                                         const std::optional<torch::Tensor> &entry_bias_or_none, double scale,
                                         int64_t window, int64_t block) {
   const torch::Tensor none;
+  const torch::Tensor &k_memory = k_memory_or_none ? *k_memory_or_none : none;
+  const torch::Tensor &v_memory = v_memory_or_none ? *v_memory_or_none : none;
   const torch::Tensor &content_bias = content_bias_or_none ? *content_bias_or_none : none;
   const torch::Tensor &position_bias = position_bias_or_none ? *position_bias_or_none : none;
   const torch::Tensor &entry_bias = entry_bias_or_none ? *entry_bias_or_none : none;
@@ -137,13 +163,26 @@ torch::Tensor causal_relative_attention(const torch::Tensor &q, const torch::Ten
   check_float32_rows(k, "k", 4);
   check_float32_rows(v, "v", 4);
   check_float32_rows(table, "table", 3);
-  const int64_t B = q.size(0), H = q.size(1), Q = q.size(2), D = q.size(3), K = k.size(2);
-  TORCH_CHECK(k.sizes() == v.sizes() && k.size(0) == B && k.size(1) == H && k.size(3) == D && K >= Q,
-              "k and v must be [B, H, K, D] with K >= Q for q [B, H, Q, D]");
+  const int64_t B = q.size(0), H = q.size(1), Q = q.size(2), D = q.size(3);
+  TORCH_CHECK(k.sizes() == v.sizes() && k.size(0) == B && k.size(1) == H && k.size(3) == D,
+              "k and v must be [B, H, len, D] for q [B, H, Q, D]");
+  TORCH_CHECK(k_memory.defined() == v_memory.defined(), "k_memory and v_memory go together");
+  int64_t memory_rows = 0;
+  if (k_memory.defined()) {
+    check_float32_rows(k_memory, "k_memory", 4);
+    check_float32_rows(v_memory, "v_memory", 4);
+    TORCH_CHECK(k_memory.sizes() == v_memory.sizes() && k_memory.size(0) == B && k_memory.size(1) == H &&
+                    k_memory.size(3) == D,
+                "k_memory and v_memory must be [B, H, len, D] for q [B, H, Q, D]");
+    memory_rows = k_memory.size(2);
+  }
+  const int64_t K = memory_rows + k.size(2);
+  TORCH_CHECK(K >= Q, "there must be at least as many keys as queries (K >= Q)");
   TORCH_CHECK(table.size(0) == H && table.size(1) >= K && table.size(2) == D, "table must be [H, R >= K, D]");
   TORCH_CHECK(block > 0 && window > 0, "block and window must be positive");
   // BLAS takes int sizes and strides
-  TORCH_CHECK(std::max({K, q.stride(2), k.stride(2), v.stride(2), table.stride(1), B * H * D}) < INT_MAX,
+  TORCH_CHECK(std::max({K, q.stride(2), k.stride(2), v.stride(2), memory_rows ? k_memory.stride(2) : 0,
+                        memory_rows ? v_memory.stride(2) : 0, table.stride(1), B * H * D}) < INT_MAX,
               "sizes and row strides must fit BLAS's int");
   const bool has_content = content_bias.defined(), has_position = position_bias.defined();
   const bool has_entry = entry_bias.defined();
@@ -161,7 +200,8 @@ torch::Tensor causal_relative_attention(const torch::Tensor &q, const torch::Ten
   auto out = torch::empty({Q, B, H, D}, q.options());
   if (Q == 0 || B == 0 || H == 0) return out;
 
-  const Heads qs(q), ks(k), vs(v);
+  const Heads qs(q);
+  const TwoParts keys{Heads(k_memory), Heads(k), memory_rows}, values{Heads(v_memory), Heads(v), memory_rows};
   const float *table_data = table.data_ptr<float>();
   const int64_t table_head = table.stride(0), table_row = table.stride(1);
   const float *content = has_content ? content_bias.data_ptr<float>() : nullptr;
@@ -176,7 +216,7 @@ torch::Tensor causal_relative_attention(const torch::Tensor &q, const torch::Ten
   std::vector<float> table_t(H * D * K);
   at::parallel_for(0, H, 1, [&](int64_t begin, int64_t end) {
     for (int64_t h = begin; h < end; ++h)
-      transpose_rows(table_data + h * table_head, table_row, K, D, table_t.data() + h * D * K);
+      transpose_rows(table_data + h * table_head, table_row, K, D, K, table_t.data() + h * D * K);
   });
 
   at::parallel_for(0, B * H * blocks, 1, [&](int64_t begin, int64_t end) {
@@ -191,10 +231,13 @@ torch::Tensor causal_relative_attention(const torch::Tensor &q, const torch::Ten
       // The keys of query i: [first(i), M + i]; of the block: [J0, J1), width L
       auto first = [&](int64_t i) { return std::max<int64_t>(0, M + i - window + 1); };
       const int64_t J0 = first(i0), J1 = M + i0 + n, L = J1 - J0;
-      const float *qh = qs.at(b, h) + i0 * qs.row, *vh = vs.at(b, h) + J0 * vs.row;
-      // Consecutive items are the blocks of one (batch, head): its keys are transposed once for them
+      const float *qh = qs.at(b, h) + i0 * qs.row;
+      // Consecutive items are the blocks of one (batch, head): its keys are transposed once for them, the
+      // memory's and the segment's into one [D, K]
       if (keys_t_of != b * H + h) {
-        transpose_rows(ks.at(b, h), ks.row, K, D, keys_t.data());
+        keys.runs(b, h, 0, K, [&](const float *rows, int64_t row_stride, int64_t count, int64_t offset) {
+          transpose_rows(rows, row_stride, count, D, K, keys_t.data() + offset);
+        });
         keys_t_of = b * H + h;
       }
 
@@ -255,7 +298,10 @@ torch::Tensor causal_relative_attention(const torch::Tensor &q, const torch::Ten
       // out_i = sum_j w_ij v_j with w_ij = e_ij / sum_j e_ij: the product of the unnormalised e, then each row of
       // D outputs divided (a pass over n x D rather than n x L)
       float *out_block = out_data + (i0 * B + b) * H * D + h * D;
-      product(n, D, L, scores.data(), L, vh, vs.row, out_block, out_row);
+      // (over the memory's values and then the segment's, adding to what the first product wrote)
+      values.runs(b, h, J0, J1, [&](const float *rows, int64_t row_stride, int64_t count, int64_t offset) {
+        product(n, D, count, scores.data() + offset, L, rows, row_stride, out_block, out_row, offset > 0);
+      });
       for (int64_t r = 0; r < n; ++r) {
         float *o = out_block + r * out_row;
         const float inverse = inverse_sums[r];

@@ -20,7 +20,7 @@ values are made contiguous once, every product is a plain batched `@`, the relat
 `scaled_dot_product_attention`. `fast = False` is the original's computation (einsums over
 `[qlen, klen, bsz, n_head]`, the pad-and-copy shift), kept to compare against: the two agree to float rounding.
 """
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from torch import nn
@@ -33,6 +33,12 @@ from .. import native
 from ..relative_attention import (CausalPositionBias, from_heads, heads_mask, masked_softmax, masked_softmax_heads,
                                   relative_attention_sdpa, to_heads)
 from .checks import check_probability
+
+
+def join_kv(kv_memory: Optional[torch.Tensor], kv_segment: torch.Tensor) -> torch.Tensor:
+    """The keys and values of memory (or None) and segment, `[2, bsz, n_head, len, d_head]` each, joined into one
+    contiguous `[2, bsz, n_head, mlen + qlen, d_head]` (one copy)."""
+    return (kv_segment if kv_memory is None else torch.cat([kv_memory, kv_segment], dim=3)).contiguous()
 
 
 class XLAttentionBase(nn.Module):
@@ -73,9 +79,10 @@ class XLAttentionBase(nn.Module):
         # Keys and values `[2, bsz, n_head, mlen, d_head]` of the memory, computed by the segment before: set by
         # `MemTransformerLM` for one call in no-grad evaluation (attention types 0 and 1), else None
         self.mems_kv: Optional[torch.Tensor] = None
-        # When True, the fast path leaves the keys and values of memory and segment in `last_kv`
+        # When True, the fast path leaves the keys and values of memory (or None) and segment in `last_kv`, each
+        # `[2, bsz, n_head, len, d_head]`
         self.keep_kv = False
-        self.last_kv: Optional[torch.Tensor] = None
+        self.last_kv: Optional[Tuple[Optional[torch.Tensor], torch.Tensor]] = None
         # A row with every key masked gets zero weights; `MemTransformerLM` turns this off (its masks always leave
         # key $m + i$ to query $i$, so the second fill changes nothing there)
         self.zero_masked_rows = True
@@ -123,19 +130,26 @@ class XLAttentionBase(nn.Module):
         return (not torch.is_grad_enabled() and not self.round_scores_to_float32
                 and (not self.training or self.dropatt.p == 0))
 
-    def _relative_attention_no_grad(self, q: torch.Tensor, k: torch.Tensor, head_v: torch.Tensor, r: torch.Tensor,
-                                    u: Optional[torch.Tensor], v: Optional[torch.Tensor],
-                                    attn_mask: Optional[torch.Tensor], r_bias: Optional[torch.Tensor] = None,
+    def _relative_attention_no_grad(self, q: torch.Tensor, kv_memory: Optional[torch.Tensor],
+                                    kv_segment: torch.Tensor, r: torch.Tensor, u: Optional[torch.Tensor],
+                                    v: Optional[torch.Tensor], attn_mask: Optional[torch.Tensor],
+                                    r_bias: Optional[torch.Tensor] = None,
                                     causal_bias: Optional[CausalPositionBias] = None) -> torch.Tensor:
         """Relative attention where `_use_sdpa_bias` holds, `[qlen, bsz, n_head * d_head]`: under the decoder's
-        causal mask (or `same_length`'s) by our kernel (`native/attention.py`) where it applies, else by SDPA with the
-        position terms as its bias (`relative_attention_sdpa`, `causal_bias` for its causal case). Arguments as
-        `relative_attention_sdpa`'s; `attn_mask` as the layer takes it."""
+        causal mask (or `same_length`'s) by our kernel (`native/attention.py`) where it applies, reading the keys and
+        values of memory and segment where they are (`_qkv_parts`); else by SDPA with the position terms as its bias
+        (`relative_attention_sdpa`, `causal_bias` for its causal case) on the joined keys and values. `r`, `u`, `v`,
+        `r_bias` as `relative_attention_sdpa` takes them; `attn_mask` as the layer takes it."""
         masked = heads_mask(attn_mask)
-        window = native.kernel_window(q, k, head_v, r, masked, u, v, r_bias)
+        k_memory, v_memory = (None, None) if kv_memory is None else kv_memory.unbind(0)
+        k, values = kv_segment.unbind(0)
+        klen = k.shape[-2] + (0 if k_memory is None else k_memory.shape[-2])
+        window = native.kernel_window(q, r, masked, klen, k_memory, v_memory, k, values, u, v, r_bias)
         if window is not None:
-            return native.causal_relative_attention(q, k, head_v, r, u, v, self.scale, r_bias, window)
-        return from_heads(relative_attention_sdpa(q, k, head_v, r, u, v, self.scale, masked, r_bias=r_bias,
+            return native.causal_relative_attention(q, k, values, r, u, v, self.scale, r_bias, window,
+                                                    k_memory=k_memory, values_memory=v_memory)
+        head_k, head_v = join_kv(kv_memory, kv_segment).unbind(0)
+        return from_heads(relative_attention_sdpa(q, head_k, head_v, r, u, v, self.scale, masked, r_bias=r_bias,
                                                   causal_bias=causal_bias))
 
     def _output(self, w: torch.Tensor, attn_vec: torch.Tensor) -> torch.Tensor:
@@ -150,20 +164,28 @@ class XLAttentionBase(nn.Module):
 
     def _qkv_heads(self, qkv_net: nn.Linear, w: torch.Tensor, mems: Optional[torch.Tensor],
                    contiguous_queries: bool = True, query_bias: Optional[torch.Tensor] = None):
-        r"""
-        Head-major queries of the segment `w` and keys and values of the memory followed by the segment, each
-        `[bsz, n_head, len, d_head]`, from the joint projection `qkv_net` ($[W_q; W_k; W_v]$). The keys and values
-        are contiguous; the queries too with `contiguous_queries`, else they are a view of the projection
-        (`[qlen, bsz, n_head, d_head]` in memory), for a consumer that reads any layout. `query_bias`
-        `[n_head, d_head]` (or None) is added to the queries by the projection, as its bias: $q + u$ with no pass
-        of its own.
+        """`_qkv_parts` with the memory's keys and values joined to the segment's: returns the queries and the
+        keys and values of memory and segment, `[bsz, n_head, klen, d_head]` each, contiguous (one copy)."""
+        head_q, kv_memory, kv_segment = self._qkv_parts(qkv_net, w, mems, contiguous_queries, query_bias)
+        head_k, head_v = join_kv(kv_memory, kv_segment).unbind(0)
+        return head_q, head_k, head_v
 
-        The original projects `[mems, w]` with all three and drops the memory's queries. Here the segment gets
-        all three and the memory only $W_k, W_v$ (a third of that product saved), and since the memory carries no
-        gradient, the backward pass computes no input gradient for its rows either. With `mems_kv` set (no-grad
-        evaluation, `MemTransformerLM`) the memory's keys and values are the ones the segment before computed,
-        and the memory is not projected again. Same numbers: each row of a product depends only on its own
-        input row (`LayerNorm` too, with `pre_lnorm`).
+    def _qkv_parts(self, qkv_net: nn.Linear, w: torch.Tensor, mems: Optional[torch.Tensor],
+                   contiguous_queries: bool = True, query_bias: Optional[torch.Tensor] = None):
+        r"""
+        Head-major queries of the segment `w` `[bsz, n_head, qlen, d_head]`, and the keys and values of the memory
+        (None without one) and of the segment, each `[2, bsz, n_head, len, d_head]` (views of their projections,
+        not joined: `_qkv_heads` joins them) and, with `keep_kv`, also left in `last_kv` as that pair. The queries
+        are contiguous with `contiguous_queries`, else a view of the projection (`[qlen, bsz, n_head, d_head]` in
+        memory), for a consumer that reads any layout. `query_bias` `[n_head, d_head]` (or None) is added to the
+        queries by the projection, as its bias: $q + u$ with no pass of its own.
+
+        The original projects `[mems, w]` with all three of $W_q, W_k, W_v$ and drops the memory's queries. Here the
+        segment gets all three and the memory only $W_k, W_v$ (a third of that product saved), and since the memory
+        carries no gradient, the backward pass computes no input gradient for its rows either. With `mems_kv` set
+        (no-grad evaluation, `MemTransformerLM`) the memory's keys and values are the ones the segment before
+        computed, and the memory is not projected again. Same numbers: each row of a product depends only on its
+        own input row (`LayerNorm` too, with `pre_lnorm`).
         """
         hd = self.n_head * self.d_head
         # The bias $[u; 0; 0]$ of the joint projection, or none
@@ -178,19 +200,14 @@ class XLAttentionBase(nn.Module):
         else:
             head_q = q.unflatten(-1, (self.n_head, self.d_head)).permute(1, 2, 0, 3)
         # $[W_k; W_v] h$ as `[2, bsz, n_head, qlen, d_head]` (a view)
-        kv = self._kv_view(kv)
-        if self.mems_kv is not None:
-            kv = torch.cat([self.mems_kv, kv], dim=3)
-        elif mems is not None and mems.shape[0] > 0:
+        kv_segment = self._kv_view(kv)
+        kv_memory = self.mems_kv
+        if kv_memory is None and mems is not None and mems.shape[0] > 0:
             # $[W_k; W_v] m$ of the memory
-            kv_mem = F.linear(self.layer_norm(mems) if self.pre_lnorm else mems, qkv_net.weight[hd:])
-            kv = torch.cat([self._kv_view(kv_mem), kv], dim=3)
-        # One copy to contiguous head-major keys and values
-        kv = kv.contiguous()
+            kv_memory = self._kv_view(F.linear(self.layer_norm(mems) if self.pre_lnorm else mems, qkv_net.weight[hd:]))
         if self.keep_kv:
-            self.last_kv = kv
-        head_k, head_v = kv.unbind(0)
-        return head_q, head_k, head_v
+            self.last_kv = (kv_memory, kv_segment)
+        return head_q, kv_memory, kv_segment
 
     def _kv_view(self, kv: torch.Tensor) -> torch.Tensor:
         """`[len, bsz, 2 * n_head * d_head]` as `[2, bsz, n_head, len, d_head]`, a view."""

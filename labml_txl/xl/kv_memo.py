@@ -32,6 +32,16 @@ def _unchanged(saved: List[Tuple[torch.Tensor, int]], module: nn.Module) -> bool
     return len(saved) == len(current) and all(p is q and v == q._version for (p, v), q in zip(saved, current))
 
 
+def kept_rows(kv_memory: Optional[torch.Tensor], kv_segment: torch.Tensor, beg: int, end: int) -> torch.Tensor:
+    """Positions `[beg, end)` of the keys and values of memory (or None) and segment, `[2, bsz, n_head, len,
+    d_head]` each: a view of the segment's when they all lie in it (as when `mem_len <= tgt_len`), else a slice of
+    the two joined."""
+    mlen = 0 if kv_memory is None else kv_memory.shape[3]
+    if beg >= mlen:
+        return kv_segment[:, :, :, beg - mlen:end - mlen]
+    return torch.cat([kv_memory, kv_segment], dim=3)[:, :, :, beg:end]
+
+
 class KeyValueMemo:
     """Per layer: the memory tensor, its keys and values `[2, bsz, n_head, mlen, d_head]`, the layer's parameters."""
 

@@ -60,7 +60,7 @@ from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
 from .checks import check_cutoffs, check_lengths, check_probability, check_tokens
 from .init import check_init, init_weights
-from .kv_memo import KeyValueMemo
+from .kv_memo import KeyValueMemo, kept_rows
 from .layers import DecoderLayer, RelLearnableDecoderLayer, RelPartialLearnableDecoderLayer
 from .log_uniform_sampler import LogUniformSampler, sample_logits
 from .positional_embedding import PositionalEmbedding
@@ -454,9 +454,10 @@ class MemTransformerLM(nn.Module):
         new_mems = self._update_mems(hids, mems, qlen, mlen)
         if len(kvs) == self.n_layer and len(new_mems) > 0:
             beg_idx, end_idx = self._mem_bounds(qlen, mlen)
-            for i, kv in enumerate(kvs):
+            for i, (kv_memory, kv_segment) in enumerate(kvs):
                 # The same slice of the keys and values as of the states: `[2, bsz, n_head, beg:end, d_head]`
-                self._kv_memo.store(i, new_mems[i], kv[:, :, :, beg_idx:end_idx], self.layers[i].dec_attn)
+                self._kv_memo.store(i, new_mems[i], kept_rows(kv_memory, kv_segment, beg_idx, end_idx),
+                                    self.layers[i].dec_attn)
         return core_out, new_mems
 
     @contextmanager

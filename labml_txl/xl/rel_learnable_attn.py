@@ -46,18 +46,24 @@ class RelLearnableMultiHeadAttn(XLAttentionBase):
         # $W_q$, $W_{k}$ and $W_v$ in one matrix
         self.qkv_net = nn.Linear(d_model, 3 * n_head * d_head, bias=False)
 
+    @staticmethod
+    def _distance_tables(r_emb: torch.Tensor, r_bias: torch.Tensor, klen: int):
+        """$e_s$ `[n_head, klen, d_head]` and $b_s$ `[n_head, klen]` for the distances `klen - 1 .. 0` (views)."""
+        return last_rows(r_emb, klen).transpose(0, 1), last_rows(r_bias, klen).transpose(0, 1)
+
     def forward(self, w: torch.Tensor, r_emb: torch.Tensor, r_w_bias: torch.Tensor, r_bias: torch.Tensor,
                 attn_mask: Optional[torch.Tensor] = None, mems: Optional[torch.Tensor] = None) -> torch.Tensor:
         if self.fast:
-            head_q, head_k, head_v = self._qkv_heads(self.qkv_net, w, mems)
-            # $e_s$ `[n_head, klen, d_head]` and $b_s$ `[n_head, klen]` for distances `klen - 1 .. 0`
-            klen = head_k.shape[2]
-            table = last_rows(r_emb, klen).transpose(0, 1)
-            bias = last_rows(r_bias, klen).transpose(0, 1)
             if self._use_sdpa_bias():
-                attn_vec = self._relative_attention_no_grad(head_q, head_k, head_v, table, r_w_bias, None, attn_mask,
-                                                            r_bias=bias)
+                # The queries in the projection's layout (the kernel and SDPA read any strides)
+                head_q, kv_memory, kv_segment = self._qkv_parts(self.qkv_net, w, mems, contiguous_queries=False)
+                klen = kv_segment.shape[3] + (0 if kv_memory is None else kv_memory.shape[3])
+                table, bias = self._distance_tables(r_emb, r_bias, klen)
+                attn_vec = self._relative_attention_no_grad(head_q, kv_memory, kv_segment, table, r_w_bias, None,
+                                                            attn_mask, r_bias=bias)
                 return self._output(w, attn_vec)
+            head_q, head_k, head_v = self._qkv_heads(self.qkv_net, w, mems)
+            table, bias = self._distance_tables(r_emb, r_bias, head_k.shape[2])
             # $(q_i + u)^\top k_j + \mathop{shift}(q_i^\top e_s + b_s)$
             attn_prob = relative_attention_weights_heads(head_q, head_k, table, r_w_bias, None, heads_mask(attn_mask),
                                                          self.scale, r_bias=bias,

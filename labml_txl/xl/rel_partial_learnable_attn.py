@@ -84,12 +84,12 @@ class RelPartialLearnableMultiHeadAttn(XLAttentionBase):
             r_head_k = self._projected_table(r)
             if self._use_sdpa_bias():
                 # Head-major `[bsz, n_head, len, d_head]`, the table `[n_head, rlen, d_head]`. The projection adds
-                # $u$ to the queries (its bias), so $Q + v = (Q + u) + (v - u)$. SDPA reads the queries in the
-                # projection's layout (no copy), and its output comes back in that layout, which `from_heads`
-                # then only views.
-                head_q_u, head_k, head_v = self._qkv_heads(self.qkv_net, w, mems, contiguous_queries=False,
-                                                           query_bias=r_w_bias)
-                attn_vec = self._relative_attention_no_grad(head_q_u, head_k, head_v, r_head_k, None,
+                # $u$ to the queries (its bias), so $Q + v = (Q + u) + (v - u)$. The kernel and SDPA read the
+                # queries in the projection's layout (no copy), and the output comes back in the layout that
+                # concatenates the heads with a view.
+                head_q_u, kv_memory, kv_segment = self._qkv_parts(self.qkv_net, w, mems, contiguous_queries=False,
+                                                                  query_bias=r_w_bias)
+                attn_vec = self._relative_attention_no_grad(head_q_u, kv_memory, kv_segment, r_head_k, None,
                                                             r_r_bias - r_w_bias, attn_mask,
                                                             causal_bias=self.causal_bias)
                 return self._output(w, attn_vec)
