@@ -139,8 +139,8 @@ def causal_relative_attention(q: torch.Tensor, k: torch.Tensor, values: torch.Te
     klen = k.shape[-2] + (0 if k_memory is None else k_memory.shape[-2])
 
     def rows(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-        # The kernel reads any strides but the last, which must be 1
-        return t if t is None or t.stride(-1) == 1 else t.contiguous()
+        # The kernel reads any strides but the last, which must be 1 (or the axis of length 1)
+        return t if t is None or t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
 
     out = module.causal_relative_attention(rows(q), rows(k_memory), rows(values_memory), rows(k), rows(values),
                                            rows(table), None if content_bias is None else content_bias.contiguous(),

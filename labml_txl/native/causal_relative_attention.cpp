@@ -136,7 +136,7 @@ struct TwoParts {
 void check_float32_rows(const torch::Tensor &t, const char *name, int64_t dim) {
   TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == torch::kFloat32, name, " must be a float32 CPU tensor");
   TORCH_CHECK(t.dim() == dim, name, " must have ", dim, " axes, got ", t.dim());
-  TORCH_CHECK(t.stride(-1) == 1, name, "'s last axis must be contiguous");
+  TORCH_CHECK(t.stride(-1) == 1 || t.size(-1) == 1, name, "'s last axis must be contiguous");
 }
 
 }  // namespace
@@ -194,7 +194,7 @@ torch::Tensor causal_relative_attention(const torch::Tensor &q, const std::optio
   }
   if (has_entry) {
     TORCH_CHECK(entry_bias.scalar_type() == torch::kFloat32 && entry_bias.dim() == 2 && entry_bias.size(0) == H &&
-                    entry_bias.size(1) >= K && entry_bias.stride(1) == 1,
+                    entry_bias.size(1) >= K && (entry_bias.stride(1) == 1 || entry_bias.size(1) == 1),
                 "entry_bias must be float32 [H, R >= K] with a contiguous last axis");
   }
   auto out = torch::empty({Q, B, H, D}, q.options());
