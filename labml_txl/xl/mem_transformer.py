@@ -60,7 +60,7 @@ from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
 from .checks import check_cutoffs, check_lengths, check_probability, check_tokens
 from .init import check_init, init_weights
-from .kv_memo import KeyValueMemo, kept_rows
+from .kv_memo import KeyValueMemo
 from .layers import DecoderLayer, RelLearnableDecoderLayer, RelPartialLearnableDecoderLayer
 from .log_uniform_sampler import LogUniformSampler, sample_logits
 from .positional_embedding import PositionalEmbedding
@@ -456,8 +456,7 @@ class MemTransformerLM(nn.Module):
             beg_idx, end_idx = self._mem_bounds(qlen, mlen)
             for i, (kv_memory, kv_segment) in enumerate(kvs):
                 # The same slice of the keys and values as of the states: `[2, bsz, n_head, beg:end, d_head]`
-                self._kv_memo.store(i, new_mems[i], kept_rows(kv_memory, kv_segment, beg_idx, end_idx),
-                                    self.layers[i].dec_attn)
+                self._kv_memo.store(i, new_mems[i], kv_memory, kv_segment, beg_idx, end_idx, self.layers[i].dec_attn)
         return core_out, new_mems
 
     @contextmanager
@@ -495,9 +494,12 @@ class MemTransformerLM(nn.Module):
                 if self._fast and beg_idx >= mlen:
                     # All of it from this segment (as when `mem_len <= tgt_len`): a view, no copy
                     new_mems.append(h[beg_idx - mlen:end_idx - mlen].detach())
-                    continue
-                cat = h if mlen == 0 else torch.cat([m, h], dim=0)
-                new_mems.append(cat[beg_idx:end_idx].detach())
+                elif self._fast:
+                    # The memory's rows from `beg` on, then the segment's: only the kept rows are copied
+                    new_mems.append(torch.cat([m[beg_idx:], h[:end_idx - mlen]], dim=0).detach())
+                else:
+                    cat = h if mlen == 0 else torch.cat([m, h], dim=0)
+                    new_mems.append(cat[beg_idx:end_idx].detach())
         return new_mems
 
     def forward(self, data: torch.Tensor, target: torch.Tensor, *mems: torch.Tensor) -> List[torch.Tensor]:

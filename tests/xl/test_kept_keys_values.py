@@ -1,0 +1,76 @@
+"""
+The keys and values kept between evaluation segments (`xl/kv_memo.py`) when the memory is longer than a segment:
+kept in an append buffer whose window moves on, against the plain path, which projects the whole memory again at
+every segment.
+"""
+import pytest
+import torch
+
+from labml_txl.xl import MemTransformerLM
+
+from .helpers import small_config
+
+
+def _pair(dtype, **overrides):
+    torch.manual_seed(0)
+    plain = MemTransformerLM(**small_config(**overrides)).to(dtype).eval()
+    plain.fast = False
+    fast = MemTransformerLM(**small_config(**overrides)).to(dtype).eval()
+    fast.load_state_dict(plain.state_dict())
+    return plain, fast
+
+
+@pytest.mark.parametrize('dtype,tolerance', [(torch.float64, 1e-12), (torch.float32, 1e-5)],
+                         ids=['float64', 'float32'])
+@pytest.mark.parametrize('qlen', [1, 3], ids=['one-token', 'segments-of-3'])
+@pytest.mark.parametrize('attn_type', [0, 1])
+def test_kept_window_over_many_segments_equals_the_plain_path(dtype, tolerance, qlen, attn_type):
+    """A memory of 12 positions over 40 positions in steps of `qlen`: the window moves through its buffer and is
+    copied to a new one whenever the room runs out (several times here), and every step equals the plain path
+    (float32 runs the attention kernel, float64 SDPA)."""
+    plain, fast = _pair(dtype, attn_type=attn_type, mem_len=12, tgt_len=qlen)
+    data = torch.randint(40, (41, 2), generator=torch.Generator().manual_seed(1))
+    plain_mems, fast_mems, buffers = None, None, []
+    with torch.no_grad():
+        for start in range(0, 40, qlen):
+            x = data[start:start + qlen]
+            plain_log_probs, plain_mems = plain.log_probs(x, plain_mems)
+            fast_log_probs, fast_mems = fast.log_probs(x, fast_mems)
+            torch.testing.assert_close(fast_log_probs, plain_log_probs, rtol=tolerance, atol=tolerance)
+            for a, b in zip(fast_mems, plain_mems):
+                torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance)
+            buffers.append(fast._kv_memo.entries[0][3])
+    # Once the memory is full, each buffer serves the step that made it and then `room // qlen` steps that append
+    # to it (room = max(qlen, 12 // 4) rows), before the window moves to a new one
+    full = buffers[12 // qlen:]
+    assert all(b is not None for b in full)
+    runs = [1]
+    for previous, current in zip(full, full[1:]):
+        if current is previous:
+            runs[-1] += 1
+        else:
+            runs.append(1)
+    assert len(runs) >= 3 and set(runs[1:-1]) == {1 + max(qlen, 3) // qlen}
+
+
+@pytest.mark.parametrize('qlen', [1, 3], ids=['one-token', 'segments-of-3'])
+def test_branching_from_one_memory_recomputes_and_matches(qlen):
+    """Two steps evaluated from the same memory tensor (a search that branches), then one more from the second
+    branch's memory: the second branch is not given the keys and values the first left (they belong to the first
+    branch's new memory), its own are kept from its own memory, and every step equals the plain path."""
+    plain, fast = _pair(torch.float32, mem_len=12, tgt_len=qlen)
+    data = torch.randint(40, (12 + 4 * qlen, 2), generator=torch.Generator().manual_seed(2))
+    segments = [data[:12]] + [data[12 + i * qlen:12 + (i + 1) * qlen] for i in range(4)]
+
+    def step(x, fast_mems, plain_mems):
+        fast_out, fast_mems = fast.log_probs(x, fast_mems)
+        plain_out, plain_mems = plain.log_probs(x, plain_mems)
+        torch.testing.assert_close(fast_out, plain_out, rtol=1e-5, atol=1e-5)
+        return fast_mems, plain_mems
+
+    with torch.no_grad():
+        mems = step(segments[0], None, None)
+        mems = step(segments[1], *mems)
+        step(segments[2], *mems)
+        second_branch = step(segments[3], *mems)
+        step(segments[4], *second_branch)
