@@ -45,6 +45,7 @@ from typing import Optional
 
 import torch
 from torch.nn import functional as F
+from torch.utils.weak import WeakIdKeyDictionary
 
 
 def sinusoid_inverse_frequencies(d_model: int, dtype: torch.dtype = torch.float32,
@@ -476,15 +477,26 @@ def decoder_window_mask(qlen: int, klen: int, window: int, device: Optional[torc
     return mask
 
 
+# What `decoder_key_window` found for a mask, kept per tensor (the one a view was taken of) while it is unchanged
+_key_windows = WeakIdKeyDictionary()
+
+
 def decoder_key_window(masked: Optional[torch.Tensor], qlen: int, klen: int) -> Optional[int]:
     """The `window` for which `masked` (`[qlen, klen]`) is exactly `decoder_window_mask(qlen, klen, window)` (`klen`
-    for the causal mask), or None when it is no such mask."""
+    for the causal mask), or None when it is no such mask. The answer is kept for the mask's tensor while its
+    version counter is unchanged (a model's masks are cached per shape, and each layer asks again)."""
     if masked is None or masked.shape != (qlen, klen) or masked.dtype != torch.bool or qlen == 0:
         return None
+    base = masked if masked._base is None else masked._base
+    key = (base._version, masked.storage_offset(), tuple(masked.shape), masked.stride())
+    kept = _key_windows.get(base)
+    if kept is not None and kept[0] == key:
+        return kept[1]
     # The last query's keys are the `window` last ones
     window = klen - int(masked[-1].sum())
     if window == 0 or not torch.equal(masked, decoder_window_mask(qlen, klen, window, masked.device)):
-        return None
+        window = None
+    _key_windows[base] = (key, window)
     return window
 
 

@@ -192,6 +192,20 @@ def test_key_window_is_read_from_the_mask(qlen, mlen):
     assert decoder_key_window(_original_mask(qlen, mlen).float(), qlen, klen) is None
 
 
+def test_key_window_kept_for_a_mask_follows_changes_to_it():
+    """The window found for a mask is kept per tensor; an in-place change or another view of it is looked at
+    afresh."""
+    mask = _original_mask(4, 6)[:, :, None].clone()
+    assert decoder_key_window(mask[:, :, 0], 4, 10) == 10
+    assert decoder_key_window(mask[:, :, 0], 4, 10) == 10
+    # A view of the same rows with other sizes: the first three queries of the same mask
+    assert decoder_key_window(mask[:3, :9, 0], 3, 9) == 9
+    mask[:, 1] = True
+    assert decoder_key_window(mask[:, :, 0], 4, 10) is None
+    mask.copy_(_original_mask(4, 6, mem_len=6)[:, :, None])
+    assert decoder_key_window(mask[:, :, 0], 4, 10) == 6
+
+
 def test_kernel_serves_only_no_grad_float32_cpu_under_a_window_mask():
     q, k, values, table, a, b, _ = _inputs(2, 2, 5, 3, 8)
     causal = _original_mask(5, 3)
