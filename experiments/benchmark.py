@@ -299,7 +299,7 @@ def measure_speed(cfg: BenchConfig, compile_model: bool = True, labml_nn: bool =
     return results
 
 
-def measure_table9(cfg: BenchConfig, lengths: List[int], repeats: int = 5) -> List[Dict[str, float]]:
+def measure_table9(cfg: BenchConfig, lengths: List[int], repeats: int = 15) -> List[Dict[str, float]]:
     """
     Seconds per token of evaluation (batch 1) at each attention length $L$:
 

@@ -23,10 +23,11 @@ one head:
 * the scale, the mask, the softmax and the normalisation are one pass over each row's visible keys; the output
   goes straight into `[qlen, batch, heads, d_head]`, the heads concatenated with no copy.
 
-Its products are BLAS's `sgemm` (the one PyTorch links), its `exp` a polynomial the compiler vectorises (within
-2 ulp). On the benchmark's layer (batch 8, 4 heads of 64, 128 queries behind 128 keys) it took 2.3 to 2.7 ms
-against 3.8 to 4.1 ms for the PyTorch path (`experiments/benchmark.py` measures the model). The results agree
-with the plain computation to float rounding (tested at 1e-5).
+Its products are PyTorch's `brgemm` (or BLAS's `sgemm` where PyTorch lacks it), its `exp` a polynomial the
+compiler vectorises (within 1.4 ulp). On the benchmark's layer (batch 8, 4 heads of 64, 128 queries behind 128
+keys) it took 2.2 to 2.4 ms against 3.8 to 4.1 ms for the PyTorch path, in comparisons in one process
+(`experiments/benchmark.py` measures the model with and without it). The results agree with the plain
+computation to float rounding (tested at 1e-5).
 
 It runs where `kernel_window` says it serves the call (float32 CPU tensors, no gradient, outside autocast and
 `torch.compile`, exactly a `decoder_window_mask`) and where it could be built and passed its first check against

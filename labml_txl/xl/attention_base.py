@@ -17,8 +17,10 @@ Masks inside `xl/` follow the original: boolean, **True where a key is masked**,
 `fast = True` (the default) computes in the head-major layout `[bsz, n_head, seq, d_head]`: queries, keys and
 values are made contiguous once, every product is a plain batched `@`, the relative shift is a view
 (`relative_shift_view`) and the softmax runs over the last, contiguous axis; the absolute variants call
-`scaled_dot_product_attention`. `fast = False` is the original's computation (einsums over
-`[qlen, klen, bsz, n_head]`, the pad-and-copy shift), kept to compare against: the two agree to float rounding.
+`scaled_dot_product_attention`, and the relative ones without gradients run our attention kernel
+(`labml_txl.native`) or SDPA with the position terms as its bias. `fast = False` is the original's computation
+(einsums over `[qlen, klen, bsz, n_head]`, the pad-and-copy shift), kept to compare against: the two agree to float
+rounding.
 """
 from typing import Optional, Tuple
 
@@ -26,10 +28,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .. import native
 from ..dropout import Dropout
 from ..errors import require_positive_int
 from ..prepacked_linear import inference_linear
-from .. import native
 from ..relative_attention import (CausalPositionBias, from_heads, heads_mask, masked_softmax, masked_softmax_heads,
                                   relative_attention_sdpa, to_heads)
 from .checks import check_probability
