@@ -40,13 +40,11 @@ import torch
 from torch.nn import functional as F
 
 from ..relative_attention import decoder_key_window, decoder_window_mask
-from .build import load_kernel, native_kernels_enabled
+from .build import checked_kernel, native_kernels_enabled
 
 # Queries per block: 32 and 64 ran alike on the benchmark's layer, 16 and 128 slower
 QUERY_BLOCK = 32
 
-# Whether the kernel is built and passed its check in this process (None: not tried yet)
-_kernel_works: Optional[bool] = None
 
 
 def _reference(q, k, values, table, content_bias, position_bias, entry_bias, scale, window):
@@ -92,11 +90,7 @@ def _check(module) -> bool:
 
 def kernel_available() -> bool:
     """Whether the kernel is built (compiling it on the first call) and passed its first check."""
-    global _kernel_works
-    if _kernel_works is None:
-        module = load_kernel('causal_relative_attention')
-        _kernel_works = module is not None and _check(module)
-    return _kernel_works
+    return checked_kernel('causal_relative_attention', _check) is not None
 
 
 def kernel_window(q: torch.Tensor, table: torch.Tensor, masked: Optional[torch.Tensor], klen: int,
@@ -135,7 +129,7 @@ def causal_relative_attention(q: torch.Tensor, k: torch.Tensor, values: torch.Te
         ($a$), `position_bias` ($b$) `[heads, d_head]` or None, `entry_bias` ($c$) `[heads, rlen]` or None.
         Returns `[qlen, batch, heads * d_head]`, the heads concatenated.
     """
-    module = load_kernel('causal_relative_attention')
+    module = checked_kernel('causal_relative_attention', _check)
     batch, heads, qlen, d_head = q.shape
     klen = k.shape[-2] + (0 if k_memory is None else k_memory.shape[-2])
 

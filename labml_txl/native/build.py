@@ -22,7 +22,7 @@ import sys
 import warnings
 from pathlib import Path
 from types import ModuleType
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
@@ -31,6 +31,8 @@ DISABLE_VARIABLE = 'LABML_TXL_NATIVE'
 
 # Each kernel's module (or None where it could not be built), by name and defines, once tried
 _loaded: Dict[Tuple[str, ...], Optional[ModuleType]] = {}
+# Each kernel's module once it passed its first check (or None), by name
+_checked: Dict[str, Optional[ModuleType]] = {}
 
 
 # How many `disabled()` blocks are open
@@ -80,6 +82,15 @@ def _ensure_ninja_on_path() -> None:
     except ImportError:
         return
     os.environ['PATH'] = ninja.BIN_DIR + os.pathsep + os.environ.get('PATH', '')
+
+
+def checked_kernel(name: str, check: Callable[[ModuleType], bool]) -> Optional[ModuleType]:
+    """`load_kernel(name)` once it has passed `check` (run on its first call in this process; `check` warns when it
+    fails), else None."""
+    if name not in _checked:
+        module = load_kernel(name)
+        _checked[name] = module if module is not None and check(module) else None
+    return _checked[name]
 
 
 def load_kernel(name: str, defines: Tuple[str, ...] = ()) -> Optional[ModuleType]:

@@ -161,7 +161,10 @@ class XLAttentionBase(nn.Module):
         if self.pre_lnorm:
             # $w + W_o\,\mathop{Attn}(\mathop{LN}(\cdot))$
             return w + attn_out
-        # $\mathop{LN}(w + W_o\,\mathop{Attn}(\cdot))$
+        # $\mathop{LN}(w + W_o\,\mathop{Attn}(\cdot))$ (on the fast path without gradients in one pass,
+        # `native/layer_norm.py`)
+        if self.fast:
+            return native.residual_layer_norm(w, attn_out, self.layer_norm)
         return self.layer_norm(w + attn_out)
 
     def _qkv_heads(self, qkv_net: nn.Linear, w: torch.Tensor, mems: Optional[torch.Tensor],

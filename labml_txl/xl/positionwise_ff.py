@@ -13,6 +13,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..dropout import Dropout, relu_dropout_
+from ..native.layer_norm import residual_layer_norm
 from ..prepacked_linear import inference_linear
 
 
@@ -69,5 +70,7 @@ class PositionwiseFF(nn.Module):
         if self.pre_lnorm:
             # $x + FFN(\mathop{LN}(x))$
             return inp + self._core(self.layer_norm(inp))
-        # $\mathop{LN}(x + FFN(x))$
+        # $\mathop{LN}(x + FFN(x))$ (on the fast path without gradients in one pass, `native/layer_norm.py`)
+        if self.fast:
+            return residual_layer_norm(inp, self._core(inp), self.layer_norm)
         return self.layer_norm(inp + self._core(inp))

@@ -1,0 +1,104 @@
+"""
+The residual connection and its layer normalisation in one pass (`labml_txl/native/layer_norm.py`)
+against PyTorch's `layer_norm(residual + x)`, where it runs and where it does not.
+"""
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from labml_txl import native
+from labml_txl.native import layer_norm as module_under_test
+from labml_txl.xl import MemTransformerLM
+
+from xl.helpers import small_config
+
+
+def _layer_norm(d, seed=0, eps=1e-5):
+    generator = torch.Generator().manual_seed(seed)
+    layer_norm = nn.LayerNorm(d, eps=eps)
+    with torch.no_grad():
+        layer_norm.weight.copy_(torch.randn(d, generator=generator))
+        layer_norm.bias.copy_(torch.randn(d, generator=generator))
+    return layer_norm
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """Counts the kernel's calls (the module it returns wrapped)."""
+    calls = []
+    checked = module_under_test.checked_kernel
+
+    class Counting:
+        def __init__(self, module):
+            self.module = module
+
+        def residual_layer_norm(self, *args):
+            calls.append(args[0].shape)
+            return self.module.residual_layer_norm(*args)
+
+    def counting_checked_kernel(name, check):
+        module = checked(name, check)
+        return None if module is None else Counting(module)
+
+    monkeypatch.setattr(module_under_test, 'checked_kernel', counting_checked_kernel)
+    return calls
+
+
+# rows of features: the benchmark's, a single row, a short odd row, one feature
+@pytest.mark.parametrize('shape', [(128, 8, 256), (1, 1, 64), (7, 3, 17), (5, 1)], ids=str)
+@pytest.mark.parametrize('eps', [1e-5, 1e-3])
+def test_kernel_equals_pytorchs_two_passes(kernel_calls, shape, eps):
+    generator = torch.Generator().manual_seed(1)
+    # Rows with a large common offset: the variance must come from the centred values
+    x = torch.randn(*shape, generator=generator) + 30
+    residual = torch.randn(*shape, generator=generator)
+    layer_norm = _layer_norm(shape[-1], eps=eps)
+    with torch.no_grad():
+        out = native.residual_layer_norm(residual, x, layer_norm)
+        expected = F.layer_norm((residual + x).double(), (shape[-1],), layer_norm.weight.double(),
+                                layer_norm.bias.double(), eps)
+        pytorch = layer_norm(residual + x)
+    assert kernel_calls == [shape]
+    assert out.dtype == torch.float32
+    # As close to the exact normalisation as PyTorch's float32 `LayerNorm` is (the offset makes float32's
+    # rounding of the sum show): within twice its largest error
+    pytorch_error = (pytorch.double() - expected).abs().max().item()
+    assert (out.double() - expected).abs().max().item() <= 2 * pytorch_error + 1e-6
+
+
+def test_pytorchs_passes_run_where_the_kernel_does_not_serve(kernel_calls):
+    x, residual = torch.randn(4, 3, 8), torch.randn(4, 3, 8)
+    layer_norm = _layer_norm(8)
+    # With gradients: autograd's path, and a gradient comes back
+    x.requires_grad_(True)
+    out = native.residual_layer_norm(residual, x, layer_norm)
+    out.sum().backward()
+    assert x.grad is not None
+    with torch.no_grad():
+        # float64, a view that is not contiguous, autocast, kernels disabled
+        assert torch.equal(native.residual_layer_norm(residual.double(), x.double(), layer_norm.double()),
+                           layer_norm(residual.double() + x.double()))
+        layer_norm.float()
+        strided = x.transpose(0, 1).contiguous().transpose(0, 1)
+        assert torch.equal(native.residual_layer_norm(residual, strided, layer_norm), layer_norm(residual + strided))
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            native.residual_layer_norm(residual, x, layer_norm)
+        with native.disabled():
+            assert torch.equal(native.residual_layer_norm(residual, x, layer_norm), layer_norm(residual + x))
+    assert kernel_calls == []
+
+
+@pytest.mark.parametrize('attn_type', [0, 1, 2])
+def test_model_evaluation_normalises_each_residual_in_one_pass(kernel_calls, attn_type):
+    """Post-LN layers: two residual layer norms a layer (attention and feed-forward), equal to the plain path."""
+    torch.manual_seed(0)
+    config = small_config(attn_type=attn_type)
+    plain = MemTransformerLM(**config).eval()
+    plain.fast = False
+    fast = MemTransformerLM(**config).eval()
+    fast.load_state_dict(plain.state_dict())
+    data = torch.randint(40, (6, 3))
+    with torch.no_grad():
+        torch.testing.assert_close(fast(data[:5], data[1:])[0], plain(data[:5], data[1:])[0], rtol=1e-5, atol=1e-5)
+    assert len(kernel_calls) == 2 * config['n_layer']
