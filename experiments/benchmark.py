@@ -9,8 +9,8 @@ per round, the order rotated every round), so a load that comes and goes slows a
 
 * training and evaluation tokens/s of `MemTransformerLM` (fast, and fast under `torch.compile`) against
   labml_nn's `TransformerXL` and this package's plain path (`model.fast = False`, the original's computation);
-* evaluation tokens/s of the fast path against itself with PyTorch's attention (SDPA with the position terms as
-  its bias) in place of our causal attention kernel (`labml_txl.native`, `native.disabled()`);
+* evaluation tokens/s of the fast path against itself without our C++ kernels (`labml_txl.native.disabled()`:
+  PyTorch's attention, SDPA with the position terms as its bias, and PyTorch's residual additions and layer norms);
 * the tokens/s of the products of a fast evaluation segment alone (`products_runner`), which bounds what any
   evaluation with those products can reach on the machine;
 * the achieved matmul FLOP/s of a training step (FLOPs counted analytically, backward = 2x forward) as a
@@ -230,7 +230,7 @@ def products_runner(cfg: BenchConfig) -> Callable[[], None]:
     return segment
 
 
-WITHOUT_KERNEL = 'fast, PyTorch attention'
+WITHOUT_KERNELS = 'fast without our kernels'
 
 
 def without_native_kernels(model: nn.Module) -> Callable:
@@ -282,9 +282,9 @@ def measure_speed(cfg: BenchConfig, compile_model: bool = True, labml_nn: bool =
             runners['torch.mm'] = matmul_runner(cfg.matmul_n)
         else:
             runners['products alone'] = products_runner(cfg)
-            # The fast path with PyTorch's attention (SDPA with the position bias) in place of our kernel
+            # The fast path with PyTorch's attention and layer norms in place of our kernels
             model = make_xl(cfg, fast=True)
-            runners[WITHOUT_KERNEL] = Stream(model, cfg, train, call=without_native_kernels(model))
+            runners[WITHOUT_KERNELS] = Stream(model, cfg, train, call=without_native_kernels(model))
         seconds = interleaved(runners, cfg.repeats)
         if compile_model:
             model = make_xl(cfg, fast=True)
@@ -403,10 +403,10 @@ def speed_rows(speed: Dict[str, Dict[str, float]], cfg: BenchConfig) -> List[Lis
     rows = []
     for mode in ('train', 'eval'):
         rows.append([f'{mode}: fast tokens/s', f"{fast[mode]:,.0f}", ''])
-        for peer in ('plain', 'labml_nn', WITHOUT_KERNEL, 'fast + compile', 'bf16 autocast'):
+        for peer in ('plain', 'labml_nn', WITHOUT_KERNELS, 'fast + compile', 'bf16 autocast'):
             if mode in speed.get(peer, {}):
                 other = speed[peer][mode]
-                if peer in ('plain', 'labml_nn', WITHOUT_KERNEL):
+                if peer in ('plain', 'labml_nn', WITHOUT_KERNELS):
                     rows.append([f'{mode}: fast vs {peer} ({other:,.0f} tokens/s)', '', f'{fast[mode] / other:.2f}x'])
                 else:
                     # Against the fast path of its own group of rounds
