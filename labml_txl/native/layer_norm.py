@@ -35,6 +35,11 @@ def _check(module) -> bool:
     return True
 
 
+def kernel_available() -> bool:
+    """Whether the kernel is built (compiling it on the first call) and passed its first check."""
+    return checked_kernel('residual_layer_norm', _check) is not None
+
+
 def residual_layer_norm(residual: torch.Tensor, x: torch.Tensor, layer_norm: nn.LayerNorm) -> torch.Tensor:
     r"""
     $\mathop{LN}(\mathit{residual} + x)$ with `layer_norm`'s parameters: by the kernel where it serves (no gradient,

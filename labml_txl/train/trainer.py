@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from labml import monit, tracker
 
+from .. import native
 from .checkpoint import load_model_state, save_checkpoint
 from .configs import TrainXLConfigs, check_training_configs, device_of
 from .distributed import DistributedContext, check_divisible
@@ -259,6 +260,9 @@ class Trainer:
     def run(self) -> Optional[float]:
         """Train from `self.step` to `max_step` (or `time_limit`); returns the last validation loss."""
         conf = self.conf
+        if self.device.type == 'cpu':
+            # The evaluation kernels are compiled now (once per machine), not inside the time limit
+            native.prepare_kernels()
         started = time.time()
         valid = None
         for step in monit.loop(range(self.step, conf.max_step)):

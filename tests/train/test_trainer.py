@@ -113,3 +113,32 @@ def test_command_line_unknown_corpus_names_the_corpora(tmp_path, monkeypatch, ca
     assert train_xl.main(['corpus_name=enwik9', 'max_step=1']) == 2
     err = capsys.readouterr().err
     assert "Unknown corpus name 'enwik9'" in err and "'enwik8'" in err
+
+
+def test_kernels_are_prepared_before_the_time_limit_starts(tmp_path, monkeypatch):
+    """Compiling the evaluation kernels (about a minute on a new machine) must not count against `time_limit`:
+    `run` prepares them before it starts the clock."""
+    from labml_txl import native
+    from labml_txl.train import trainer as trainer_module
+
+    events = []
+    monkeypatch.setattr(native, 'prepare_kernels', lambda: events.append('prepare') or True)
+    clock = trainer_module.time.time
+
+    def recording_time():
+        events.append('clock')
+        return clock()
+
+    trainer = make_trainer(tmp_path, monkeypatch, max_step=1)
+    monkeypatch.setattr(trainer_module.time, 'time', recording_time)
+    trainer.run()
+    assert events[0] == 'prepare' and events.count('prepare') == 1 and 'clock' in events
+
+
+def test_prepare_kernels_says_whether_every_kernel_is_there(monkeypatch):
+    from labml_txl import native
+    from labml_txl.native import build
+
+    assert native.prepare_kernels()
+    monkeypatch.setenv(build.DISABLE_VARIABLE, '0')
+    assert not native.prepare_kernels()
