@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import List
 
+from labml_txl import native
 from labml_txl.cli import parse_overrides, run_script
 from labml_txl.dashboard import DEFAULT_PORT, report_to_dashboard, run_url
 
@@ -63,6 +64,8 @@ def demo(args: List[str]) -> None:
     port = int(overrides.pop('port', DEFAULT_PORT))
     dashboard = start_dashboard(port)
     report_to_dashboard(port)
+    # The evaluation kernels compiled first (once per machine, about a minute): the minutes below are training's
+    native.prepare_kernels()
     started = time.time()
     trainer = train_xl.train({**DEMO, **overrides}, name='demo')
     minutes = (time.time() - started) / 60

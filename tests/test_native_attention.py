@@ -295,7 +295,8 @@ def test_a_failed_build_warns_with_the_compilers_error_and_falls_back(monkeypatc
                            f"ninja: build stopped: subcommand failed.")
 
     monkeypatch.setattr(cpp_extension, 'load', failing_load)
-    with pytest.warns(RuntimeWarning, match='fatal error: torch/extension.h: No such file.*g\\+\\+.*LABML_TXL_NATIVE=0'):
+    expected = 'fatal error: torch/extension.h: No such file.*g\\+\\+.*LABML_TXL_NATIVE=0'
+    with pytest.warns(RuntimeWarning, match=expected):
         assert not native.kernel_available()
     # Warned once: later calls know
     with warnings.catch_warnings():
