@@ -192,11 +192,12 @@ def products_runner(cfg: BenchConfig) -> Callable[[], None]:
     r"""
     Only the products of one evaluation segment of the fast path, at its shapes and with its kernels, with a full
     memory whose keys and values are kept: per layer $[W_q; W_k; W_v]$ of the segment, the attention (our kernel,
-    `labml_txl.native`; where it is not available, $(Q + v) R^\top$ as one product per head over the batch and
-    SDPA with the position bias), $W_o$ and the two feed-forward layers (oneDNN with prepacked weights, `inference_linear`, adding $u$ to the queries and applying
-    the ReLU as the fast path's products do); then the softmax layer (oneDNN too). Nothing else (no layer norm,
-    residual, copy or memory update outside these kernels). An implementation that computes these products with these kernels on
-    this machine evaluates no faster than this: its tokens/s bound the fast path's.
+    `labml_txl.native`; where it is not available, $(Q + v) R^\top$ as one product per head over the batch and SDPA
+    with the position bias), $W_o$ and the two feed-forward layers (oneDNN with prepacked weights,
+    `inference_linear`, adding $u$ to the queries and applying the ReLU as the fast path's products do); then the
+    softmax layer (oneDNN too). Nothing else (no layer norm, residual, copy or memory update outside these kernels).
+    An implementation that computes these products with these kernels on this machine evaluates no faster than this:
+    its tokens/s bound the fast path's.
     """
     q, m, b, d, h, dh = cfg.tgt_len, cfg.mem_len, cfg.batch, cfg.d_model, cfg.n_head, cfg.d_head
     k, rows = q + m, q * b

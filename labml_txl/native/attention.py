@@ -33,14 +33,13 @@ It runs where `kernel_window` says it serves the call (float32 CPU tensors, no g
 `torch.compile`, exactly a `decoder_window_mask`) and where it could be built and passed its first check against
 the PyTorch path; elsewhere the callers run that path.
 """
-import warnings
 from typing import Optional
 
 import torch
 from torch.nn import functional as F
 
 from ..relative_attention import decoder_key_window, decoder_window_mask
-from .build import checked_kernel, native_kernels_enabled
+from .build import checked_kernel, first_result_matches, native_kernels_enabled
 
 # Queries per block: 32 and 64 ran alike on the benchmark's layer, 16 and 128 slower
 QUERY_BLOCK = 32
@@ -72,20 +71,12 @@ def _check(module) -> bool:
     # 2 batches, 3 heads, 37 queries (a partial block) behind 11 keys of memory, each seeing at most 20, heads of 8
     q, k, values = randn(2, 3, 37, 8), randn(2, 3, 48, 8), randn(2, 3, 48, 8)
     table, content_bias, position_bias, entry_bias = randn(3, 49, 8), randn(3, 8), randn(3, 8), randn(3, 49)
-    try:
-        # (the keys and values in two parts, as the model passes them: 17 of memory and 31 more)
-        out = module.causal_relative_attention(q, k[:, :, :17], values[:, :, :17], k[:, :, 17:], values[:, :, 17:],
-                                               table, content_bias, position_bias, entry_bias, 0.3, 20, QUERY_BLOCK)
-    except RuntimeError as error:
-        warnings.warn(f"labml_txl's causal relative attention kernel failed its first check ({error}); "
-                      f"the PyTorch path runs instead", RuntimeWarning)
-        return False
-    expected = _reference(q, k, values, table, content_bias, position_bias, entry_bias, 0.3, window=20)
-    if not torch.allclose(out, expected, rtol=1e-4, atol=1e-5):
-        warnings.warn("labml_txl's causal relative attention kernel gave other results than PyTorch in its first "
-                      "check; the PyTorch path runs instead", RuntimeWarning)
-        return False
-    return True
+    # (the keys and values in two parts, as the model passes them: 17 of memory and 31 more)
+    return first_result_matches(
+        'causal relative attention',
+        lambda: module.causal_relative_attention(q, k[:, :, :17], values[:, :, :17], k[:, :, 17:], values[:, :, 17:],
+                                                 table, content_bias, position_bias, entry_bias, 0.3, 20, QUERY_BLOCK),
+        lambda: _reference(q, k, values, table, content_bias, position_bias, entry_bias, 0.3, window=20))
 
 
 def kernel_available() -> bool:

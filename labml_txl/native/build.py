@@ -84,6 +84,22 @@ def _ensure_ninja_on_path() -> None:
     os.environ['PATH'] = ninja.BIN_DIR + os.pathsep + os.environ.get('PATH', '')
 
 
+def first_result_matches(what: str, run: Callable[[], torch.Tensor], expected: Callable[[], torch.Tensor]) -> bool:
+    """A kernel's first check: whether `run()` (the kernel on a small input) gives `expected()` (PyTorch's result)
+    to float rounding; warns, naming the kernel (`what`), when it fails or differs."""
+    try:
+        out = run()
+    except RuntimeError as error:
+        warnings.warn(f"labml_txl's {what} kernel failed its first check ({error}); the PyTorch path runs instead",
+                      RuntimeWarning)
+        return False
+    if not torch.allclose(out, expected(), rtol=1e-4, atol=1e-5):
+        warnings.warn(f"labml_txl's {what} kernel gave other results than PyTorch in its first check; the PyTorch "
+                      f"path runs instead", RuntimeWarning)
+        return False
+    return True
+
+
 def checked_kernel(name: str, check: Callable[[ModuleType], bool]) -> Optional[ModuleType]:
     """`load_kernel(name)` once it has passed `check` (run on its first call in this process; `check` warns when it
     fails), else None."""

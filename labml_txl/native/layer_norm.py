@@ -8,13 +8,11 @@ does it twice over `[1024, 256]`). The results agree with `layer_norm(residual +
 1e-5); with gradients, in other dtypes, under autocast or `torch.compile`, or where the kernel is not available
 (`build.py`), PyTorch's two passes run.
 """
-import warnings
-
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .build import checked_kernel, native_kernels_enabled
+from .build import checked_kernel, first_result_matches, native_kernels_enabled
 
 
 def _check(module) -> bool:
@@ -22,17 +20,9 @@ def _check(module) -> bool:
     generator = torch.Generator().manual_seed(0)
     x, residual = torch.randn(5, 3, 24, generator=generator), torch.randn(5, 3, 24, generator=generator)
     weight, bias = torch.randn(24, generator=generator), torch.randn(24, generator=generator)
-    try:
-        out = module.residual_layer_norm(x, residual, weight, bias, 1e-5)
-    except RuntimeError as error:
-        warnings.warn(f"labml_txl's residual layer-norm kernel failed its first check ({error}); PyTorch's runs "
-                      f"instead", RuntimeWarning)
-        return False
-    if not torch.allclose(out, F.layer_norm(residual + x, (24,), weight, bias, 1e-5), rtol=1e-4, atol=1e-5):
-        warnings.warn("labml_txl's residual layer-norm kernel gave other results than PyTorch in its first check; "
-                      "PyTorch's runs instead", RuntimeWarning)
-        return False
-    return True
+    return first_result_matches('residual layer-norm',
+                                lambda: module.residual_layer_norm(x, residual, weight, bias, 1e-5),
+                                lambda: F.layer_norm(residual + x, (24,), weight, bias, 1e-5))
 
 
 def kernel_available() -> bool:
