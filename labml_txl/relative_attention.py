@@ -455,26 +455,19 @@ def decoder_causal_mask(qlen: int, klen: int, device: Optional[torch.device] = N
     return torch.ones(qlen, klen, dtype=torch.bool, device=device).triu_(1 + klen - qlen)
 
 
-# The masks `is_decoder_causal_mask` compares with, made once per shape
-_cached_decoder_causal_mask = functools.lru_cache(maxsize=16)(decoder_causal_mask)
-
-
-def is_decoder_causal_mask(masked: Optional[torch.Tensor], qlen: int, klen: int) -> bool:
-    """Whether `masked` is exactly `decoder_causal_mask(qlen, klen)` (`[qlen, klen]`, not a broadcast form)."""
-    return (masked is not None and masked.shape == (qlen, klen)
-            and torch.equal(masked, _cached_decoder_causal_mask(qlen, klen, masked.device)))
-
-
-@functools.lru_cache(maxsize=16)
 def decoder_window_mask(qlen: int, klen: int, window: int, device: Optional[torch.device] = None) -> torch.Tensor:
     r"""`[qlen, klen]`, True where key $j$ is not among the `window` keys up to query $i$'s own position $m + i$:
     $j > m + i$ or $j \le m + i - \mathit{window}$. `window >= klen` is `decoder_causal_mask`; `window = mem_len`
-    is `MemTransformerLM`'s mask with `same_length` (every query sees `mem_len` keys). Made once per shape."""
+    is `MemTransformerLM`'s mask with `same_length` (every query sees `mem_len` keys)."""
     mask = decoder_causal_mask(qlen, klen, device)
     if window < klen:
         # $j - i \le m - \mathit{window}$
         mask |= torch.ones(qlen, klen, dtype=torch.bool, device=device).tril_(klen - qlen - window)
     return mask
+
+
+# The masks `decoder_key_window` compares with, made once per shape
+_cached_decoder_window_mask = functools.lru_cache(maxsize=16)(decoder_window_mask)
 
 
 # What `decoder_key_window` found for a mask, kept per tensor (the one a view was taken of) while it is unchanged
@@ -494,7 +487,7 @@ def decoder_key_window(masked: Optional[torch.Tensor], qlen: int, klen: int) -> 
         return kept[1]
     # The last query's keys are the `window` last ones
     window = klen - int(masked[-1].sum())
-    if window == 0 or not torch.equal(masked, decoder_window_mask(qlen, klen, window, masked.device)):
+    if window == 0 or not torch.equal(masked, _cached_decoder_window_mask(qlen, klen, window, masked.device)):
         window = None
     _key_windows[base] = (key, window)
     return window
@@ -536,7 +529,7 @@ class CausalPositionBias:
         qlen = q.shape[-2]
         return (q.device.type == 'cpu' and r.shape[-2] in (klen, klen + 1) and q.dtype == r.dtype
                 and (v is None or v.dtype == q.dtype) and not torch.is_autocast_enabled('cpu')
-                and not torch.compiler.is_compiling() and is_decoder_causal_mask(masked, qlen, klen))
+                and not torch.compiler.is_compiling() and decoder_key_window(masked, qlen, klen) == klen)
 
     def _buffer(self, heads: int, batch: int, qlen: int, klen: int, like: torch.Tensor) -> torch.Tensor:
         key = (heads, batch, qlen, klen, like.dtype, like.device)

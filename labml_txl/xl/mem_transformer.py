@@ -55,7 +55,7 @@ from torch.nn import functional as F
 
 from ..dropout import Dropout
 from ..errors import require_positive_int
-from ..relative_attention import CausalPositionBias, decoder_causal_mask, relative_distances
+from ..relative_attention import CausalPositionBias, decoder_window_mask, relative_distances
 from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
 from .checks import check_cutoffs, check_lengths, check_probability, check_tokens
@@ -371,14 +371,11 @@ class MemTransformerLM(nn.Module):
     def _attn_mask(self, qlen: int, mlen: int, device: torch.device) -> torch.Tensor:
         """`[qlen, klen, 1]`, True where query $i$ may not see key $j$."""
         klen = mlen + qlen
-        # The future: $j > m + i$
-        mask = decoder_causal_mask(qlen, klen, device)
-        if self.same_length:
-            # Also keys more than `mem_len` before the query, so every query sees the same number
-            mask_len = klen - self.mem_len
-            mask_shift_len = qlen - mask_len if mask_len > 0 else qlen
-            mask = mask | torch.ones(qlen, klen, dtype=torch.bool, device=device).tril_(-mask_shift_len)
-        return mask[:, :, None]
+        # The future, $j > m + i$; with `same_length` also the keys more than `mem_len` before the query, so every
+        # query sees the same number (the original's `triu(1 + mlen) + tril(-mask_shift_len)`, whose
+        # `mlen + mask_shift_len` keys a query sees are `min(mem_len, klen)`)
+        window = min(self.mem_len, klen) if self.same_length else klen
+        return decoder_window_mask(qlen, klen, window, device)[:, :, None]
 
     def _positions(self, qlen: int, klen: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """Sinusoidal embeddings of `klen - 1 .. 0` (clipped at `clamp_len`), `[klen, 1, d_model]`."""
