@@ -167,11 +167,10 @@ class XLAttentionBase(nn.Module):
             return native.residual_layer_norm(w, attn_out, self.layer_norm)
         return self.layer_norm(w + attn_out)
 
-    def _qkv_heads(self, qkv_net: nn.Linear, w: torch.Tensor, mems: Optional[torch.Tensor],
-                   contiguous_queries: bool = True, query_bias: Optional[torch.Tensor] = None):
+    def _qkv_heads(self, qkv_net: nn.Linear, w: torch.Tensor, mems: Optional[torch.Tensor]):
         """`_qkv_parts` with the memory's keys and values joined to the segment's: returns the queries and the
         keys and values of memory and segment, `[bsz, n_head, klen, d_head]` each, contiguous (one copy)."""
-        head_q, kv_memory, kv_segment = self._qkv_parts(qkv_net, w, mems, contiguous_queries, query_bias)
+        head_q, kv_memory, kv_segment = self._qkv_parts(qkv_net, w, mems)
         head_k, head_v = join_kv(kv_memory, kv_segment).unbind(0)
         return head_q, head_k, head_v
 

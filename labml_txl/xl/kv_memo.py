@@ -85,7 +85,7 @@ class KeyValueMemo:
         else:
             new_rows = kv_segment[:, :, :, :end - mlen]
             buffer = entry[3] if entry is not None and entry[1] is kv_memory else None
-            if buffer is not None and buffer.start + mlen + new_rows.shape[3] <= buffer.data.shape[3]:
+            if buffer is not None and buffer.start + end <= buffer.data.shape[3]:
                 # The memory is this buffer's window: append after it, and move the window on
                 buffer.data[:, :, :, buffer.start + mlen:buffer.start + end].copy_(new_rows)
                 buffer.start, buffer.length = buffer.start + beg, end - beg
