@@ -21,7 +21,7 @@ from labml_txl.relative_attention import (CausalPositionBias, masked_softmax_hea
 from labml_txl.relative_mha import RelativeMultiHeadAttention
 from labml_txl.xl import MemTransformerLM
 
-from xl.helpers import reference_files, small_config
+from xl.helpers import plain_and_fast, reference_files, small_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -144,12 +144,7 @@ def test_decoder_weights_pass_gradcheck():
 # -- the model: fast against plain --
 
 def _pair(**overrides):
-    torch.manual_seed(0)
-    config = small_config(**overrides)
-    plain = MemTransformerLM(**config)
-    plain.fast = False
-    fast = MemTransformerLM(**config)
-    fast.load_state_dict(plain.state_dict())
+    plain, fast = plain_and_fast(**overrides)
     assert fast.fast and not plain.fast
     return plain, fast
 

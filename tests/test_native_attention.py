@@ -14,7 +14,7 @@ from labml_txl.relative_attention import (decoder_key_window, decoder_window_mas
                                           relative_attention_scores, relative_shift)
 from labml_txl.xl import MemTransformerLM
 
-from xl.helpers import small_config
+from xl.helpers import plain_and_fast, small_config
 
 
 def _original_mask(qlen, mlen, mem_len=None):
@@ -232,12 +232,8 @@ def test_kernel_serves_only_no_grad_float32_cpu_under_a_window_mask():
 def test_model_evaluation_through_the_kernel_equals_the_plain_path(count_calls, overrides):
     """Both relative attention types in evaluation, with and without `same_length`: each layer's attention runs in
     the kernel, and losses and memories match the plain path over segments that carry memories."""
-    torch.manual_seed(0)
     config = small_config(**overrides)
-    plain = MemTransformerLM(**config).eval()
-    plain.fast = False
-    fast = MemTransformerLM(**config).eval()
-    fast.load_state_dict(plain.state_dict())
+    plain, fast = (model.eval() for model in plain_and_fast(**overrides))
     calls = count_calls(native, ['causal_relative_attention'])
     data = torch.randint(40, (16, 3))
     plain_mems, fast_mems = [], []
@@ -304,11 +300,7 @@ def test_a_failed_build_warns_with_the_compilers_error_and_falls_back(monkeypatc
         assert not native.kernel_available()
     # The model still evaluates, by SDPA (and PyTorch's layer norms, whose kernel fails to build alike), as the
     # plain path does
-    torch.manual_seed(0)
-    plain = MemTransformerLM(**small_config()).eval()
-    plain.fast = False
-    fast = MemTransformerLM(**small_config()).eval()
-    fast.load_state_dict(plain.state_dict())
+    plain, fast = (model.eval() for model in plain_and_fast())
     data = torch.randint(40, (6, 2))
     with torch.no_grad(), pytest.warns(RuntimeWarning, match='could not build its residual_layer_norm kernel'):
         torch.testing.assert_close(fast(data[:5], data[1:])[0], plain(data[:5], data[1:])[0], rtol=1e-5, atol=1e-5)

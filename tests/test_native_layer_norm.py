@@ -9,9 +9,8 @@ from torch.nn import functional as F
 
 from labml_txl import native
 from labml_txl.native import layer_norm as module_under_test
-from labml_txl.xl import MemTransformerLM
 
-from xl.helpers import small_config
+from xl.helpers import plain_and_fast, small_config
 
 
 def _layer_norm(d, seed=0, eps=1e-5):
@@ -92,12 +91,8 @@ def test_pytorchs_passes_run_where_the_kernel_does_not_serve(kernel_calls):
 @pytest.mark.parametrize('attn_type', [0, 1, 2])
 def test_model_evaluation_normalises_each_residual_in_one_pass(kernel_calls, attn_type):
     """Post-LN layers: two residual layer norms a layer (attention and feed-forward), equal to the plain path."""
-    torch.manual_seed(0)
     config = small_config(attn_type=attn_type)
-    plain = MemTransformerLM(**config).eval()
-    plain.fast = False
-    fast = MemTransformerLM(**config).eval()
-    fast.load_state_dict(plain.state_dict())
+    plain, fast = (model.eval() for model in plain_and_fast(attn_type=attn_type))
     data = torch.randint(40, (6, 3))
     with torch.no_grad():
         torch.testing.assert_close(fast(data[:5], data[1:])[0], plain(data[:5], data[1:])[0], rtol=1e-5, atol=1e-5)

@@ -19,6 +19,19 @@ def small_config(**overrides):
     return config
 
 
+def plain_and_fast(**overrides):
+    """Two tiny `MemTransformerLM`s with the same weights (seed 0): the plain path (`fast = False`, the original's
+    computation) and the fast path, in training mode."""
+    import torch
+    from labml_txl.xl import MemTransformerLM
+    torch.manual_seed(0)
+    plain = MemTransformerLM(**small_config(**overrides))
+    plain.fast = False
+    fast = MemTransformerLM(**small_config(**overrides))
+    fast.load_state_dict(plain.state_dict())
+    return plain, fast
+
+
 def small_model(seed: int = 0, **overrides):
     """A tiny float64 `MemTransformerLM` in eval mode, with the original's initialisation."""
     import torch

@@ -6,18 +6,11 @@ every segment.
 import pytest
 import torch
 
-from labml_txl.xl import MemTransformerLM
-
-from .helpers import small_config
+from .helpers import plain_and_fast
 
 
 def _pair(dtype, **overrides):
-    torch.manual_seed(0)
-    plain = MemTransformerLM(**small_config(**overrides)).to(dtype).eval()
-    plain.fast = False
-    fast = MemTransformerLM(**small_config(**overrides)).to(dtype).eval()
-    fast.load_state_dict(plain.state_dict())
-    return plain, fast
+    return tuple(model.to(dtype).eval() for model in plain_and_fast(**overrides))
 
 
 @pytest.mark.parametrize('dtype,tolerance', [(torch.float64, 1e-12), (torch.float32, 1e-5)],
