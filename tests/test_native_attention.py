@@ -172,6 +172,73 @@ def test_kernel_with_same_length_windows_equals_the_plain_computation(qlen, mlen
                                rtol=1e-5, atol=1e-5)
 
 
+def _gradients(inputs, out, grad_out):
+    """The gradients of `(out * grad_out).sum()` for each input (None for one not given or unreached)."""
+    given = [t for t in inputs if t is not None]
+    grads = iter(torch.autograd.grad(out, given, grad_out, allow_unused=True))
+    return [None if t is None else next(grads) for t in inputs]
+
+
+def _assert_gradients_match_the_plain_computation(inputs, scale, window=None, memory_rows=0):
+    """The kernel's output and the gradients of every input (float32) against autograd through
+    `_plain_attention` in float64, at 1e-5 of each gradient's largest entry. With `memory_rows`, the keys and
+    values go to the kernel in two parts, memory and segment, as a model passes them."""
+    q, k, values, table, a, b, c = inputs
+    qlen, klen = q.shape[-2], k.shape[-2]
+    mask = _original_mask(qlen, klen - qlen) if window is None else decoder_window_mask(qlen, klen, window)
+    leaves = [None if t is None else t.detach().clone().requires_grad_() for t in inputs]
+    q_, k_, v_, table_, a_, b_, c_ = leaves
+    parts = {} if memory_rows == 0 else dict(k_memory=k_[:, :, :memory_rows], values_memory=v_[:, :, :memory_rows])
+    out = native.causal_relative_attention(q_, k_[:, :, memory_rows:], v_[:, :, memory_rows:], table_, a_, b_, scale,
+                                           c_, window, **parts)
+    grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+    grads = _gradients(leaves, out, grad_out)
+    reference_leaves = [None if t is None else t.detach().double().requires_grad_() for t in inputs]
+    expected = _plain_attention(*reference_leaves, scale, mask)
+    expected_grads = _gradients(reference_leaves, expected, grad_out.double())
+    torch.testing.assert_close(out.double(), expected.detach(), rtol=1e-5, atol=1e-5)
+    for name, grad, expected_grad in zip(['q', 'k', 'values', 'table', 'a', 'b', 'c'], grads, expected_grads):
+        if expected_grad is None:
+            # (the table's entries past the keys: no key reads them)
+            assert grad is None or not grad.any(), name
+            continue
+        bound = 1e-5 * max(expected_grad.abs().max().item(), 1.0)
+        assert (grad.double() - expected_grad).abs().max().item() <= bound, name
+
+
+@pytest.mark.parametrize('biases', BIASES.values(), ids=BIASES.keys())
+@pytest.mark.parametrize('shape', SHAPES, ids=lambda s: 'x'.join(map(str, s)))
+def test_kernel_gradients_equal_the_plain_computation(shape, biases):
+    """The backward pass of training: the gradients of queries, keys, values, table and every bias."""
+    inputs = list(_inputs(*shape))
+    for i, given in zip((4, 5, 6), biases):
+        inputs[i] = inputs[i] if given else None
+    _assert_gradients_match_the_plain_computation(inputs, 0.3)
+
+
+@pytest.mark.parametrize('qlen,mlen,mem_len', [(5, 3, 3), (37, 40, 40), (6, 2, 4), (70, 100, 64)])
+def test_kernel_gradients_with_same_length_windows(qlen, mlen, mem_len):
+    _assert_gradients_match_the_plain_computation(_inputs(2, 2, qlen, mlen, 8), 0.3, window=mem_len)
+
+
+@pytest.mark.parametrize('memory_rows', [3, 40])
+def test_kernel_gradients_reach_keys_and_values_given_in_two_parts(memory_rows):
+    """With gradients the two parts are joined before the kernel; both get their gradients."""
+    _assert_gradients_match_the_plain_computation(_inputs(2, 2, 37, 40, 8), 0.3, memory_rows=memory_rows)
+
+
+def test_kernel_backward_refuses_a_gradient_of_another_layout_with_a_message():
+    q, k, values, table, a, b, _ = _inputs(2, 2, 5, 3, 8)
+    module = build.load_kernel('causal_relative_attention')
+    out, weights = module.causal_relative_attention_forward(q, k, values, table, a, b, None, 0.3, 8, 32)
+    with pytest.raises(RuntimeError, match='grad_out must be contiguous'):
+        module.causal_relative_attention_backward(out.transpose(0, 1), q, k, values, table, a, b, False, weights,
+                                                  0.3, 8, 32)
+    with pytest.raises(RuntimeError, match='weights must be the contiguous'):
+        module.causal_relative_attention_backward(out, q, k, values, table, a, b, False, weights[:, :, :4], 0.3, 8,
+                                                  32)
+
+
 @pytest.mark.parametrize('qlen,mlen', [(1, 0), (4, 0), (4, 6), (7, 7)])
 def test_key_window_is_read_from_the_mask(qlen, mlen):
     klen = qlen + mlen
@@ -205,7 +272,7 @@ def test_key_window_kept_for_a_mask_follows_changes_to_it():
     assert decoder_key_window(mask[:, :, 0], 4, 10) == 6
 
 
-def test_kernel_serves_only_no_grad_float32_cpu_under_a_window_mask():
+def test_kernel_serves_only_float32_cpu_under_a_window_mask():
     q, k, values, table, a, b, _ = _inputs(2, 2, 5, 3, 8)
     causal = _original_mask(5, 3)
     with torch.no_grad():
@@ -222,8 +289,10 @@ def test_kernel_serves_only_no_grad_float32_cpu_under_a_window_mask():
         assert native.kernel_window(q, table, causal, 8, k, values, a.double(), b) is None
         with torch.autocast('cpu', dtype=torch.bfloat16):
             assert native.kernel_window(q, table, causal, 8, k, values, a, b) is None
-    # with gradients (the kernel has no backward)
-    assert native.kernel_window(q, table, causal, 8, k, values, a, b) is None
+    # with gradients too (the kernel has its backward pass), but not inside `torch.compile` or a `disabled()` block
+    assert native.kernel_window(q.requires_grad_(), table, causal, 8, k, values, a, b) == 8
+    with native.disabled():
+        assert native.kernel_window(q, table, causal, 8, k, values, a, b) is None
 
 
 @pytest.mark.parametrize('overrides', [dict(attn_type=0), dict(attn_type=1), dict(attn_type=0, same_length=True),
@@ -245,6 +314,36 @@ def test_model_evaluation_through_the_kernel_equals_the_plain_path(count_calls, 
             torch.testing.assert_close(fast_loss, plain_loss, rtol=1e-5, atol=1e-5)
             for a, b in zip(fast_mems, plain_mems):
                 torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert calls['causal_relative_attention'] == 3 * config['n_layer']
+
+
+@pytest.mark.parametrize('overrides', [dict(attn_type=0), dict(attn_type=1), dict(attn_type=0, same_length=True),
+                                       dict(attn_type=1, same_length=True, mem_len=3)],
+                         ids=lambda c: '-'.join(f'{k}={v}' for k, v in c.items()))
+def test_model_training_through_the_kernel_equals_the_plain_path(count_calls, overrides):
+    """Training steps (forward, backward, SGD) over segments that carry memories: each layer's attention runs in
+    the kernel and its backward pass, and the losses, the gradients of every parameter and the weights after
+    each step match the plain path."""
+    config = small_config(**overrides)
+    plain, fast = plain_and_fast(**overrides)
+    optimizers = [torch.optim.SGD(model.parameters(), lr=0.1) for model in (plain, fast)]
+    calls = count_calls(native, ['causal_relative_attention'])
+    data = torch.randint(40, (16, 3))
+    plain_mems, fast_mems = [], []
+    for s in range(3):
+        x, y = data[5 * s:5 * s + 5], data[5 * s + 1:5 * s + 6]
+        plain_loss, *plain_mems = plain(x, y, *plain_mems)
+        fast_loss, *fast_mems = fast(x, y, *fast_mems)
+        torch.testing.assert_close(fast_loss, plain_loss, rtol=1e-5, atol=1e-5)
+        plain_loss.mean().backward()
+        fast_loss.mean().backward()
+        for (name, a), b in zip(fast.named_parameters(), plain.parameters()):
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=name)
+        for optimizer in optimizers:
+            optimizer.step()
+            optimizer.zero_grad()
+        for a, b in zip(fast.parameters(), plain.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     assert calls['causal_relative_attention'] == 3 * config['n_layer']
 
 

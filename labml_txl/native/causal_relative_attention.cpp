@@ -1,5 +1,5 @@
-// Causal relative attention of Transformer-XL for no-grad float32 inference on the CPU, in one pass per block of
-// queries (see attention.py for what it computes and when it runs).
+// Causal relative attention of Transformer-XL in float32 on the CPU, forward in one pass per block of queries, and
+// the backward pass of training (see attention.py for what it computes and when it runs).
 //
 // For query i of a segment of Q queries behind a memory of M = K - Q keys, the visible keys are the W keys up to
 // its own position, j = max(0, M + i - W + 1) .. M + i (W >= K: every key up to it, the decoder's causal mask;
@@ -12,6 +12,17 @@
 // of its first query, J1 = M + i0 + n) and needs the table entries from s0 = J0 + Q - i0 - n on, as many: two
 // products of n x (J1 - J0), the weights of each row in one pass, and one product with the values. Keys outside
 // the block's window are never touched; those outside a row's own window get weight zero.
+//
+// Training keeps the weights w = softmax_j(scale * A[i, j]) of the forward pass, [B, H, Q, K] (of each block only
+// the columns J0 .. J1 - 1 are written and read), and the backward pass walks the same blocks: with dO the output's
+// gradient,
+//
+//     dw_ij = dO_i^T v_j,   G_ij = scale * w_ij (dw_ij - sum_j' w_ij' dw_ij')   (the gradient of scale * A),
+//     d(q_i + a) = sum_j G_ij k_j,   dk_j = sum_i G_ij (q_i + a),   dv_j = sum_i w_ij dO_i,
+//     d(q_i + b) = sum_s G'_is r_s,  dr_s = sum_i G'_is (q_i + b),  dc_s = sum_i G'_is
+//
+// where G' is G shifted back to table entries (G'_is = G_ij for s = j + Q - 1 - i). dr and dc sum over the batch as
+// well: each (batch, head) writes its own part, summed by the caller.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
@@ -104,6 +115,15 @@ void add_bias_to_rows(const float *rows, int64_t row_stride, const float *bias, 
   }
 }
 
+// sum[c] += rows[r, c] over n contiguous rows of `width`
+void add_rows(const float *rows, int64_t n, int64_t width, float *sum) {
+  for (int64_t r = 0; r < n; ++r) {
+    const float *row = rows + r * width;
+#pragma omp simd
+    for (int64_t c = 0; c < width; ++c) sum[c] += row[c];
+  }
+}
+
 // Strides of a [B, H, rows, D] tensor whose last axis is contiguous
 struct Heads {
   const float *data;
@@ -139,26 +159,44 @@ void check_float32_rows(const torch::Tensor &t, const char *name, int64_t dim) {
   TORCH_CHECK(t.stride(-1) == 1 || t.size(-1) == 1, name, "'s last axis must be contiguous");
 }
 
-}  // namespace
+// The inputs of one attention, checked: q [B, H, Q, D]; the keys and values [B, H, K, D] as the memory's part
+// k_memory, v_memory [B, H, M', D] (or none) followed by the segment's k, v; table [H, R, D] (entries s = 0 .. R - 1
+// hold distances K - 1 - s, R >= K), content_bias and position_bias [H, D] or none, entry_bias [H, R] or none;
+// every last axis contiguous. Each query sees the `window` keys up to its own position (or all before it, if fewer).
+struct Attention {
+  int64_t B, H, Q, D, K, M;
+  Heads q;
+  TwoParts keys, values;
+  const float *table;
+  int64_t table_head, table_row, table_entries;
+  const float *content, *position, *entry;
+  int64_t entry_head;
+  float scale;
+  int64_t window;
 
-// q [B, H, Q, D]; the keys and values [B, H, K, D] as the memory's part k_memory, v_memory [B, H, M', D] (or
-// none) followed by the segment's k, v; table [H, R, D] (entries s = 0 .. R - 1 hold distances K - 1 - s, R >= K),
-// content_bias and position_bias [H, D] or none, entry_bias [H, R] or none; every last axis contiguous. Each query
-// sees the `window` keys up to its own position (or all of them before it, if fewer).
-// Returns [Q, B, H, D] (the heads' outputs in the layout that concatenates them with a view).
-torch::Tensor causal_relative_attention(const torch::Tensor &q, const std::optional<torch::Tensor> &k_memory_or_none,
-                                        const std::optional<torch::Tensor> &v_memory_or_none,
-                                        const torch::Tensor &k, const torch::Tensor &v, const torch::Tensor &table,
-                                        const std::optional<torch::Tensor> &content_bias_or_none,
-                                        const std::optional<torch::Tensor> &position_bias_or_none,
-                                        const std::optional<torch::Tensor> &entry_bias_or_none, double scale,
-                                        int64_t window, int64_t block) {
-  const torch::Tensor none;
-  const torch::Tensor &k_memory = k_memory_or_none ? *k_memory_or_none : none;
-  const torch::Tensor &v_memory = v_memory_or_none ? *v_memory_or_none : none;
-  const torch::Tensor &content_bias = content_bias_or_none ? *content_bias_or_none : none;
-  const torch::Tensor &position_bias = position_bias_or_none ? *position_bias_or_none : none;
-  const torch::Tensor &entry_bias = entry_bias_or_none ? *entry_bias_or_none : none;
+  // The first key query i sees (its last is M + i)
+  int64_t first(int64_t i) const { return std::max<int64_t>(0, M + i - window + 1); }
+
+  // Queries i0 .. i0 + n - 1 plus `bias` (or the queries themselves where it is absent) for head h: a pointer to n
+  // rows and their row stride, written to `buffer` [n, D] when a bias is added
+  std::pair<const float *, int64_t> with_bias(int64_t b, int64_t h, int64_t i0, int64_t n, const float *bias,
+                                              float *buffer) const {
+    const float *rows = q.at(b, h) + i0 * q.row;
+    if (bias == nullptr) return {rows, q.row};
+    add_bias_to_rows(rows, q.row, bias + h * D, n, D, buffer);
+    return {buffer, D};
+  }
+
+  // The table of head h transposed, [D, K] (entries 0 .. K - 1): the second factor of the position products
+  void transposed_table(int64_t h, float *out) const {
+    transpose_rows(table + h * table_head, table_row, K, D, K, out);
+  }
+};
+
+Attention checked_attention(const torch::Tensor &q, const torch::Tensor &k_memory, const torch::Tensor &v_memory,
+                            const torch::Tensor &k, const torch::Tensor &v, const torch::Tensor &table,
+                            const torch::Tensor &content_bias, const torch::Tensor &position_bias,
+                            const torch::Tensor &entry_bias, double scale, int64_t window, int64_t block) {
   check_float32_rows(q, "q", 4);
   check_float32_rows(k, "k", 4);
   check_float32_rows(v, "v", 4);
@@ -184,76 +222,69 @@ torch::Tensor causal_relative_attention(const torch::Tensor &q, const std::optio
   TORCH_CHECK(std::max({K, q.stride(2), k.stride(2), v.stride(2), memory_rows ? k_memory.stride(2) : 0,
                         memory_rows ? v_memory.stride(2) : 0, table.stride(1), B * H * D}) < INT_MAX,
               "sizes and row strides must fit BLAS's int");
-  const bool has_content = content_bias.defined(), has_position = position_bias.defined();
-  const bool has_entry = entry_bias.defined();
   for (const auto *bias : {&content_bias, &position_bias}) {
     if (bias->defined()) {
       TORCH_CHECK(bias->scalar_type() == torch::kFloat32 && bias->is_contiguous() && bias->numel() == H * D,
                   "content and position biases must be contiguous float32 [H, D]");
     }
   }
-  if (has_entry) {
+  if (entry_bias.defined()) {
     TORCH_CHECK(entry_bias.scalar_type() == torch::kFloat32 && entry_bias.dim() == 2 && entry_bias.size(0) == H &&
                     entry_bias.size(1) >= K && (entry_bias.stride(1) == 1 || entry_bias.size(1) == 1),
                 "entry_bias must be float32 [H, R >= K] with a contiguous last axis");
   }
-  auto out = torch::empty({Q, B, H, D}, q.options());
-  if (Q == 0 || B == 0 || H == 0) return out;
+  auto data = [](const torch::Tensor &t) { return t.defined() ? t.data_ptr<float>() : nullptr; };
+  return Attention{B, H, Q, D, K, K - Q, Heads(q),
+                   TwoParts{Heads(k_memory), Heads(k), memory_rows}, TwoParts{Heads(v_memory), Heads(v), memory_rows},
+                   table.data_ptr<float>(), table.stride(0), table.stride(1), table.size(1),
+                   data(content_bias), data(position_bias), data(entry_bias),
+                   entry_bias.defined() ? entry_bias.stride(0) : 0, static_cast<float>(scale), window};
+}
 
-  const Heads qs(q);
-  const TwoParts keys{Heads(k_memory), Heads(k), memory_rows}, values{Heads(v_memory), Heads(v), memory_rows};
-  const float *table_data = table.data_ptr<float>();
-  const int64_t table_head = table.stride(0), table_row = table.stride(1);
-  const float *content = has_content ? content_bias.data_ptr<float>() : nullptr;
-  const float *position = has_position ? position_bias.data_ptr<float>() : nullptr;
-  const float *entry = has_entry ? entry_bias.data_ptr<float>() : nullptr;
-  const int64_t entry_head = has_entry ? entry_bias.stride(0) : 0;
-  float *out_data = out.data_ptr<float>();
-  const int64_t out_row = B * H * D, M = K - Q, blocks = (Q + block - 1) / block;
-  const float scale_f = static_cast<float>(scale);
+const torch::Tensor &or_none(const std::optional<torch::Tensor> &t) {
+  static const torch::Tensor none;
+  return t ? *t : none;
+}
 
-  // The table transposed, [H, D, K] (entries 0 .. K - 1): the second factor of the position products
+// The forward pass into `out` [Q, B, H, D] (the heads' outputs in the layout that concatenates them with a view);
+// with `weights` [B, H, Q, K], also the softmax weights of each block's columns there (for the backward pass)
+void attend(const Attention &a, int64_t block, float *out_data, float *weights) {
+  const int64_t B = a.B, H = a.H, Q = a.Q, D = a.D, K = a.K, M = a.M, blocks = (Q + block - 1) / block;
+  const int64_t out_row = B * H * D;
+  const float scale = a.scale;
+
   std::vector<float> table_t(H * D * K);
   at::parallel_for(0, H, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t h = begin; h < end; ++h)
-      transpose_rows(table_data + h * table_head, table_row, K, D, K, table_t.data() + h * D * K);
+    for (int64_t h = begin; h < end; ++h) a.transposed_table(h, table_t.data() + h * D * K);
   });
 
   at::parallel_for(0, B * H * blocks, 1, [&](int64_t begin, int64_t end) {
-    // Per thread: the keys of one (batch, head) transposed [D, K], the block's scores and position terms [n, L],
-    // its queries plus each bias [n, D], 1 / row sums
-    std::vector<float> keys_t(D * K), scores(block * K), positions(block * K), q_content(block * D),
+    // Per thread: the keys of one (batch, head) transposed [D, K], the block's scores (without `weights`) and
+    // position terms [n, L], its queries plus each bias [n, D], 1 / row sums
+    std::vector<float> keys_t(D * K), scores(weights ? 0 : block * K), positions(block * K), q_content(block * D),
         q_position(block * D), inverse_sums(block);
     int64_t keys_t_of = -1;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / (H * blocks), h = (item / blocks) % H, i0 = (item % blocks) * block;
       const int64_t n = std::min(block, Q - i0);
-      // The keys of query i: [first(i), M + i]; of the block: [J0, J1), width L
-      auto first = [&](int64_t i) { return std::max<int64_t>(0, M + i - window + 1); };
-      const int64_t J0 = first(i0), J1 = M + i0 + n, L = J1 - J0;
-      const float *qh = qs.at(b, h) + i0 * qs.row;
+      // The keys of the block: [J0, J1), width L
+      const int64_t J0 = a.first(i0), J1 = M + i0 + n, L = J1 - J0;
       // Consecutive items are the blocks of one (batch, head): its keys are transposed once for them, the
       // memory's and the segment's into one [D, K]
       if (keys_t_of != b * H + h) {
-        keys.runs(b, h, 0, K, [&](const float *rows, int64_t row_stride, int64_t count, int64_t offset) {
+        a.keys.runs(b, h, 0, K, [&](const float *rows, int64_t row_stride, int64_t count, int64_t offset) {
           transpose_rows(rows, row_stride, count, D, K, keys_t.data() + offset);
         });
         keys_t_of = b * H + h;
       }
-
-      // Queries q_i + a and q_i + b, or q_i itself where a bias is absent
-      const float *qa = qh, *qb = qh;
-      int64_t lda = qs.row, ldb = qs.row;
-      if (has_content) {
-        add_bias_to_rows(qh, qs.row, content + h * D, n, D, q_content.data());
-        qa = q_content.data(), lda = D;
-      }
-      if (has_position) {
-        add_bias_to_rows(qh, qs.row, position + h * D, n, D, q_position.data());
-        qb = q_position.data(), ldb = D;
-      }
+      // Queries q_i + a and q_i + b
+      const auto [qa, lda] = a.with_bias(b, h, i0, n, a.content, q_content.data());
+      const auto [qb, ldb] = a.with_bias(b, h, i0, n, a.position, q_position.data());
+      // The block's scores, then weights: in `weights` (row stride K) when training keeps them
+      float *block_scores = weights ? weights + ((b * H + h) * Q + i0) * K + J0 : scores.data();
+      const int64_t lds = weights ? K : L;
       // (a) + (c): S[r, t] = (q_i + a)^T k_{J0 + t}
-      product(n, L, D, qa, lda, keys_t.data() + J0, K, scores.data(), L);
+      product(n, L, D, qa, lda, keys_t.data() + J0, K, block_scores, lds);
       // (b) + (d): P[r, t] = (q_i + b)^T r_{s0 + t}, from the entry s0 of the block's last query and first key
       const int64_t s0 = J0 + Q - i0 - n;
       product(n, L, D, qb, ldb, table_t.data() + h * D * K + s0, K, positions.data(), L);
@@ -261,24 +292,24 @@ torch::Tensor causal_relative_attention(const torch::Tensor &q, const std::optio
       for (int64_t r = 0; r < n; ++r) {
         const int64_t i = i0 + r;
         // This row's keys, as columns of the block: [begin, end)
-        const int64_t begin = first(i) - J0, end = M + i + 1 - J0;
-        float *s = scores.data() + r * L;
+        const int64_t begin = a.first(i) - J0, end = M + i + 1 - J0;
+        float *s = block_scores + r * lds;
         // Key j = J0 + t has entry j + Q - 1 - i = s0 + t + (n - 1 - r): row r of P shifted left by n - 1 - r
         const float *p = positions.data() + r * L + (n - 1 - r);
-        const float *c = has_entry ? entry + h * entry_head + s0 + (n - 1 - r) : nullptr;
+        const float *c = a.entry ? a.entry + h * a.entry_head + s0 + (n - 1 - r) : nullptr;
         // scale * A[i, j] and its maximum over the visible keys
         float row_max = -3.0e38f;
         if (c) {
 #pragma omp simd reduction(max : row_max)
           for (int64_t t = begin; t < end; ++t) {
-            const float x = (s[t] + (p[t] + c[t])) * scale_f;
+            const float x = (s[t] + (p[t] + c[t])) * scale;
             s[t] = x;
             row_max = std::max(row_max, x);
           }
         } else {
 #pragma omp simd reduction(max : row_max)
           for (int64_t t = begin; t < end; ++t) {
-            const float x = (s[t] + p[t]) * scale_f;
+            const float x = (s[t] + p[t]) * scale;
             s[t] = x;
             row_max = std::max(row_max, x);
           }
@@ -291,30 +322,185 @@ torch::Tensor causal_relative_attention(const torch::Tensor &q, const std::optio
           s[t] = e;
           sum += e;
         }
-        inverse_sums[r] = 1.f / sum;
+        const float inverse = 1.f / sum;
+        if (weights) {
+          // The weights themselves, kept for the backward pass
+#pragma omp simd
+          for (int64_t t = begin; t < end; ++t) s[t] *= inverse;
+        } else {
+          inverse_sums[r] = inverse;
+        }
         std::fill(s, s + begin, 0.f);
         std::fill(s + end, s + L, 0.f);
       }
-      // out_i = sum_j w_ij v_j with w_ij = e_ij / sum_j e_ij: the product of the unnormalised e, then each row of
-      // D outputs divided (a pass over n x D rather than n x L)
+      // out_i = sum_j w_ij v_j; without `weights`, w_ij = e_ij / sum_j e_ij: the product of the unnormalised e, then
+      // each row of D outputs divided (a pass over n x D rather than n x L)
       float *out_block = out_data + (i0 * B + b) * H * D + h * D;
       // (over the memory's values and then the segment's, adding to what the first product wrote)
-      values.runs(b, h, J0, J1, [&](const float *rows, int64_t row_stride, int64_t count, int64_t offset) {
-        product(n, D, count, scores.data() + offset, L, rows, row_stride, out_block, out_row, offset > 0);
+      a.values.runs(b, h, J0, J1, [&](const float *rows, int64_t row_stride, int64_t count, int64_t offset) {
+        product(n, D, count, block_scores + offset, lds, rows, row_stride, out_block, out_row, offset > 0);
       });
-      for (int64_t r = 0; r < n; ++r) {
-        float *o = out_block + r * out_row;
-        const float inverse = inverse_sums[r];
+      if (!weights) {
+        for (int64_t r = 0; r < n; ++r) {
+          float *o = out_block + r * out_row;
+          const float inverse = inverse_sums[r];
 #pragma omp simd
-        for (int64_t d = 0; d < D; ++d) o[d] *= inverse;
+          for (int64_t d = 0; d < D; ++d) o[d] *= inverse;
+        }
       }
     }
     release_products();
   });
+}
+
+// out[c, r] = in[r, c] for a [rows, cols] block with row stride `in_row` into one with row stride `out_row`
+void transpose_block(const float *in, int64_t in_row, int64_t rows, int64_t cols, float *out, int64_t out_row) {
+  transpose_rows(in, in_row, rows, cols, out_row, out);
+}
+
+}  // namespace
+
+// No-grad inference: returns [Q, B, H, D] (the heads' outputs in the layout that concatenates them with a view).
+torch::Tensor causal_relative_attention(const torch::Tensor &q, const std::optional<torch::Tensor> &k_memory,
+                                        const std::optional<torch::Tensor> &v_memory, const torch::Tensor &k,
+                                        const torch::Tensor &v, const torch::Tensor &table,
+                                        const std::optional<torch::Tensor> &content_bias,
+                                        const std::optional<torch::Tensor> &position_bias,
+                                        const std::optional<torch::Tensor> &entry_bias, double scale, int64_t window,
+                                        int64_t block) {
+  const Attention a = checked_attention(q, or_none(k_memory), or_none(v_memory), k, v, table, or_none(content_bias),
+                                        or_none(position_bias), or_none(entry_bias), scale, window, block);
+  auto out = torch::empty({a.Q, a.B, a.H, a.D}, q.options());
+  if (a.Q > 0 && a.B > 0 && a.H > 0) attend(a, block, out.data_ptr<float>(), nullptr);
   return out;
+}
+
+// The forward pass of training, the keys and values in one part [B, H, K, D]: returns the output [Q, B, H, D] and
+// the weights [B, H, Q, K] that `causal_relative_attention_backward` takes.
+std::vector<torch::Tensor> causal_relative_attention_forward(const torch::Tensor &q, const torch::Tensor &k,
+                                                             const torch::Tensor &v, const torch::Tensor &table,
+                                                             const std::optional<torch::Tensor> &content_bias,
+                                                             const std::optional<torch::Tensor> &position_bias,
+                                                             const std::optional<torch::Tensor> &entry_bias,
+                                                             double scale, int64_t window, int64_t block) {
+  const torch::Tensor none;
+  const Attention a = checked_attention(q, none, none, k, v, table, or_none(content_bias), or_none(position_bias),
+                                        or_none(entry_bias), scale, window, block);
+  auto out = torch::empty({a.Q, a.B, a.H, a.D}, q.options());
+  auto weights = torch::empty({a.B, a.H, a.Q, a.K}, q.options());
+  if (a.Q > 0 && a.B > 0 && a.H > 0) attend(a, block, out.data_ptr<float>(), weights.data_ptr<float>());
+  return {out, weights};
+}
+
+// The backward pass: the inputs of `causal_relative_attention_forward` (the entry bias only as whether there was
+// one), its weights and the output's gradient grad_out [Q, B, H, D] (last axis contiguous). Returns the gradients
+// of q as [Q, B, H, D], of k and v [B, H, K, D], and per batch (to be summed over it) of the table [B, H, R, D], the
+// content and position biases [B, H, D] and the entry bias [B, H, R] (undefined for a bias not given).
+std::vector<torch::Tensor> causal_relative_attention_backward(
+    const torch::Tensor &grad_out, const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
+    const torch::Tensor &table, const std::optional<torch::Tensor> &content_bias,
+    const std::optional<torch::Tensor> &position_bias, bool has_entry_bias, const torch::Tensor &weights,
+    double scale, int64_t window, int64_t block) {
+  const torch::Tensor none;
+  const Attention a = checked_attention(q, none, none, k, v, table, or_none(content_bias), or_none(position_bias),
+                                        none, scale, window, block);
+  const int64_t B = a.B, H = a.H, Q = a.Q, D = a.D, K = a.K, M = a.M, R = a.table_entries;
+  check_float32_rows(grad_out, "grad_out", 4);
+  TORCH_CHECK(grad_out.size(0) == Q && grad_out.size(1) == B && grad_out.size(2) == H && grad_out.size(3) == D &&
+                  grad_out.stride(1) == H * D && grad_out.stride(2) == D && grad_out.stride(0) == B * H * D,
+              "grad_out must be contiguous [Q, B, H, D]");
+  TORCH_CHECK(weights.scalar_type() == torch::kFloat32 && weights.is_contiguous() && weights.dim() == 4 &&
+                  weights.size(0) == B && weights.size(1) == H && weights.size(2) == Q && weights.size(3) == K,
+              "weights must be the contiguous float32 [B, H, Q, K] of the forward pass");
+  const auto options = q.options();
+  auto grad_q = torch::empty({Q, B, H, D}, options);
+  auto grad_k = torch::zeros({B, H, K, D}, options), grad_v = torch::zeros({B, H, K, D}, options);
+  auto grad_table = torch::zeros({B, H, R, D}, options);
+  torch::Tensor grad_content, grad_position, grad_entry;
+  if (a.content) grad_content = torch::zeros({B, H, D}, options);
+  if (a.position) grad_position = torch::zeros({B, H, D}, options);
+  if (has_entry_bias) grad_entry = torch::zeros({B, H, R}, options);
+  if (Q == 0 || B == 0 || H == 0) return {grad_q, grad_k, grad_v, grad_table, grad_content, grad_position, grad_entry};
+
+  const float *go = grad_out.data_ptr<float>(), *w_all = weights.data_ptr<float>();
+  float *gq = grad_q.data_ptr<float>(), *gk = grad_k.data_ptr<float>(), *gv = grad_v.data_ptr<float>();
+  float *gt = grad_table.data_ptr<float>();
+  const int64_t go_row = B * H * D, blocks = (Q + block - 1) / block;
+
+  // One (batch, head) per item, its blocks in order: the gradients of its keys, values and table entries are sums
+  // over its blocks, written by one thread
+  at::parallel_for(0, B * H, 1, [&](int64_t item_begin, int64_t item_end) {
+    // Per thread: the values transposed [D, K]; per block dw, G and G' [n, L] and their transposes [L, n]
+    // (and w's), the queries plus each bias and their gradients [n, D]
+    std::vector<float> values_t(D * K), grad_w(block * K), grad_s(block * K), grad_p(block * K),
+        grad_s_t(block * K), weights_t(block * K), grad_p_t(block * K), q_content(block * D), q_position(block * D),
+        grad_qa(block * D), grad_qb(block * D);
+    for (int64_t item = item_begin; item < item_end; ++item) {
+      const int64_t b = item / H, h = item % H;
+      a.values.runs(b, h, 0, K, [&](const float *rows, int64_t row_stride, int64_t count, int64_t offset) {
+        transpose_rows(rows, row_stride, count, D, K, values_t.data() + offset);
+      });
+      const float *keys = a.keys.segment.at(b, h), *values = a.values.segment.at(b, h);
+      const int64_t key_row = a.keys.segment.row, value_row = a.values.segment.row;
+      float *gk_h = gk + item * K * D, *gv_h = gv + item * K * D, *gt_h = gt + item * R * D;
+      for (int64_t i0 = 0; i0 < Q; i0 += block) {
+        const int64_t n = std::min(block, Q - i0);
+        const int64_t J0 = a.first(i0), J1 = M + i0 + n, L = J1 - J0, s0 = J0 + Q - i0 - n;
+        const float *w = w_all + (item * Q + i0) * K + J0;
+        const float *dO = go + i0 * go_row + (b * H + h) * D;
+        // dw = dO V^T over the block's keys, [n, L]
+        product(n, L, D, dO, go_row, values_t.data() + J0, K, grad_w.data(), L);
+        std::fill(grad_p.begin(), grad_p.begin() + n * L, 0.f);
+        for (int64_t r = 0; r < n; ++r) {
+          const int64_t i = i0 + r, begin = a.first(i) - J0, end = M + i + 1 - J0;
+          const float *wr = w + r * K, *dwr = grad_w.data() + r * L;
+          float *g = grad_s.data() + r * L;
+          // sum_j w_ij dw_ij
+          float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+          for (int64_t t = begin; t < end; ++t) dot += wr[t] * dwr[t];
+          // G_ij = scale * w_ij (dw_ij - dot); zero outside the row's keys
+          std::fill(g, g + begin, 0.f);
+#pragma omp simd
+          for (int64_t t = begin; t < end; ++t) g[t] = scale * wr[t] * (dwr[t] - dot);
+          std::fill(g + end, g + L, 0.f);
+          // G' = G shifted back to table entries: key column t of row r is entry column t + (n - 1 - r)
+          std::copy(g + begin, g + end, grad_p.data() + r * L + (n - 1 - r) + begin);
+        }
+        const auto [qa, lda] = a.with_bias(b, h, i0, n, a.content, q_content.data());
+        const auto [qb, ldb] = a.with_bias(b, h, i0, n, a.position, q_position.data());
+        // d(q + a) = G K and d(q + b) = G' R over the block's keys and table entries, [n, D]
+        product(n, D, L, grad_s.data(), L, keys + J0 * key_row, key_row, grad_qa.data(), D);
+        product(n, D, L, grad_p.data(), L, a.table + h * a.table_head + s0 * a.table_row, a.table_row,
+                grad_qb.data(), D);
+        for (int64_t r = 0; r < n; ++r) {
+          float *out = gq + (i0 + r) * go_row + (b * H + h) * D;
+          const float *ga = grad_qa.data() + r * D, *gb = grad_qb.data() + r * D;
+#pragma omp simd
+          for (int64_t d = 0; d < D; ++d) out[d] = ga[d] + gb[d];
+        }
+        if (a.content) add_rows(grad_qa.data(), n, D, grad_content.data_ptr<float>() + item * D);
+        if (a.position) add_rows(grad_qb.data(), n, D, grad_position.data_ptr<float>() + item * D);
+        if (has_entry_bias) add_rows(grad_p.data(), n, L, grad_entry.data_ptr<float>() + item * R + s0);
+        // dK += G^T (Q + a), dV += w^T dO, dR += G'^T (Q + b), [L, D] each
+        transpose_block(grad_s.data(), L, n, L, grad_s_t.data(), n);
+        transpose_block(w, K, n, L, weights_t.data(), n);
+        transpose_block(grad_p.data(), L, n, L, grad_p_t.data(), n);
+        product(L, D, n, grad_s_t.data(), n, qa, lda, gk_h + J0 * D, D, true);
+        product(L, D, n, weights_t.data(), n, dO, go_row, gv_h + J0 * D, D, true);
+        product(L, D, n, grad_p_t.data(), n, qb, ldb, gt_h + s0 * D, D, true);
+      }
+    }
+    release_products();
+  });
+  return {grad_q, grad_k, grad_v, grad_table, grad_content, grad_position, grad_entry};
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("causal_relative_attention", &causal_relative_attention,
         "Causal relative attention of Transformer-XL, float32, no gradients");
+  m.def("causal_relative_attention_forward", &causal_relative_attention_forward,
+        "Causal relative attention of Transformer-XL, float32: the output and the weights the backward pass takes");
+  m.def("causal_relative_attention_backward", &causal_relative_attention_backward,
+        "The backward pass of causal_relative_attention_forward");
 }

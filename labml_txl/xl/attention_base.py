@@ -17,8 +17,9 @@ Masks inside `xl/` follow the original: boolean, **True where a key is masked**,
 `fast = True` (the default) computes in the head-major layout `[bsz, n_head, seq, d_head]`: queries, keys and
 values are made contiguous once, every product is a plain batched `@`, the relative shift is a view
 (`relative_shift_view`) and the softmax runs over the last, contiguous axis; the absolute variants call
-`scaled_dot_product_attention`, and the relative ones without gradients run our attention kernel
-(`labml_txl.native`) or SDPA with the position terms as its bias. `fast = False` is the original's computation
+`scaled_dot_product_attention`, and the relative ones run our attention kernel (`labml_txl.native`, with its own
+backward pass in training) where it serves, else, without gradients, SDPA with the position terms as its bias.
+`fast = False` is the original's computation
 (einsums over `[qlen, klen, bsz, n_head]`, the pad-and-copy shift), kept to compare against: the two agree to float
 rounding.
 """
@@ -132,27 +133,41 @@ class XLAttentionBase(nn.Module):
         return (not torch.is_grad_enabled() and not self.round_scores_to_float32
                 and (not self.training or self.dropatt.p == 0))
 
+    def _kernel_attention(self, q: torch.Tensor, kv_memory: Optional[torch.Tensor], kv_segment: torch.Tensor,
+                          r: torch.Tensor, u: Optional[torch.Tensor], v: Optional[torch.Tensor],
+                          attn_mask: Optional[torch.Tensor],
+                          r_bias: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
+        """Relative attention by our kernel (`native/attention.py`), `[qlen, bsz, n_head * d_head]`, or None where it
+        does not serve: it takes the decoder's causal mask (or `same_length`'s), reads the keys and values of memory
+        and segment where they are (`_qkv_parts`) and, where gradients are needed, runs its own backward pass; attention
+        dropout in training and the original's float32 rounding of the scores (which the kernel never shows) are left
+        to the PyTorch path. `r`, `u`, `v`, `r_bias` as `relative_attention_sdpa` takes them; `attn_mask` as the layer
+        takes it."""
+        if self.round_scores_to_float32 or (self.training and self.dropatt.p > 0):
+            return None
+        k_memory, v_memory = (None, None) if kv_memory is None else kv_memory.unbind(0)
+        k, values = kv_segment.unbind(0)
+        klen = k.shape[-2] + (0 if k_memory is None else k_memory.shape[-2])
+        window = native.kernel_window(q, r, heads_mask(attn_mask), klen, k_memory, v_memory, k, values, u, v, r_bias)
+        if window is None:
+            return None
+        return native.causal_relative_attention(q, k, values, r, u, v, self.scale, r_bias, window,
+                                                k_memory=k_memory, values_memory=v_memory)
+
     def _relative_attention_no_grad(self, q: torch.Tensor, kv_memory: Optional[torch.Tensor],
                                     kv_segment: torch.Tensor, r: torch.Tensor, u: Optional[torch.Tensor],
                                     v: Optional[torch.Tensor], attn_mask: Optional[torch.Tensor],
                                     r_bias: Optional[torch.Tensor] = None,
                                     causal_bias: Optional[CausalPositionBias] = None) -> torch.Tensor:
-        """Relative attention where `_use_sdpa_bias` holds, `[qlen, bsz, n_head * d_head]`: under the decoder's
-        causal mask (or `same_length`'s) by our kernel (`native/attention.py`) where it applies, reading the keys and
-        values of memory and segment where they are (`_qkv_parts`); else by SDPA with the position terms as its bias
-        (`relative_attention_sdpa`, `causal_bias` for its causal case) on the joined keys and values. `r`, `u`, `v`,
-        `r_bias` as `relative_attention_sdpa` takes them; `attn_mask` as the layer takes it."""
-        masked = heads_mask(attn_mask)
-        k_memory, v_memory = (None, None) if kv_memory is None else kv_memory.unbind(0)
-        k, values = kv_segment.unbind(0)
-        klen = k.shape[-2] + (0 if k_memory is None else k_memory.shape[-2])
-        window = native.kernel_window(q, r, masked, klen, k_memory, v_memory, k, values, u, v, r_bias)
-        if window is not None:
-            return native.causal_relative_attention(q, k, values, r, u, v, self.scale, r_bias, window,
-                                                    k_memory=k_memory, values_memory=v_memory)
+        """Relative attention where `_use_sdpa_bias` holds, `[qlen, bsz, n_head * d_head]`: by our kernel where it
+        serves (`_kernel_attention`), else by SDPA with the position terms as its bias (`relative_attention_sdpa`,
+        `causal_bias` for its causal case) on the joined keys and values."""
+        attn_vec = self._kernel_attention(q, kv_memory, kv_segment, r, u, v, attn_mask, r_bias)
+        if attn_vec is not None:
+            return attn_vec
         head_k, head_v = join_kv(kv_memory, kv_segment).unbind(0)
-        return from_heads(relative_attention_sdpa(q, head_k, head_v, r, u, v, self.scale, masked, r_bias=r_bias,
-                                                  causal_bias=causal_bias))
+        return from_heads(relative_attention_sdpa(q, head_k, head_v, r, u, v, self.scale, heads_mask(attn_mask),
+                                                  r_bias=r_bias, causal_bias=causal_bias))
 
     def _output(self, w: torch.Tensor, attn_vec: torch.Tensor) -> torch.Tensor:
         """Output projection, dropout and the residual connection with layer normalisation."""
@@ -167,19 +182,19 @@ class XLAttentionBase(nn.Module):
             return native.residual_layer_norm(w, attn_out, self.layer_norm)
         return self.layer_norm(w + attn_out)
 
-    def _qkv_heads(self, qkv_net: nn.Linear, w: torch.Tensor, mems: Optional[torch.Tensor]):
-        """`_qkv_parts` with the memory's keys and values joined to the segment's: returns the queries and the
-        keys and values of memory and segment, `[bsz, n_head, klen, d_head]` each, contiguous (one copy)."""
-        head_q, kv_memory, kv_segment = self._qkv_parts(qkv_net, w, mems)
+    @staticmethod
+    def _joined_heads(head_q: torch.Tensor, kv_memory: Optional[torch.Tensor], kv_segment: torch.Tensor):
+        """What `_qkv_parts` returns as the PyTorch path takes it: the queries contiguous and the keys and values of
+        memory and segment joined, `[bsz, n_head, len, d_head]` each (one copy each)."""
         head_k, head_v = join_kv(kv_memory, kv_segment).unbind(0)
-        return head_q, head_k, head_v
+        return head_q.contiguous(), head_k, head_v
 
     def _qkv_parts(self, qkv_net: nn.Linear, w: torch.Tensor, mems: Optional[torch.Tensor],
                    contiguous_queries: bool = True, query_bias: Optional[torch.Tensor] = None):
         r"""
         Head-major queries of the segment `w` `[bsz, n_head, qlen, d_head]`, and the keys and values of the memory
         (None without one) and of the segment, each `[2, bsz, n_head, len, d_head]` (views of their projections,
-        not joined: `_qkv_heads` joins them) and, with `keep_kv`, also left in `last_kv` as that pair. The queries
+        not joined: `_joined_heads` joins them) and, with `keep_kv`, also left in `last_kv` as that pair. The queries
         are contiguous with `contiguous_queries`, else a view of the projection (`[qlen, bsz, n_head, d_head]` in
         memory), for a consumer that reads any layout. `query_bias` `[n_head, d_head]` (or None) is added to the
         queries by the projection, as its bias: $q + u$ with no pass of its own.

@@ -54,16 +54,20 @@ class RelLearnableMultiHeadAttn(XLAttentionBase):
     def forward(self, w: torch.Tensor, r_emb: torch.Tensor, r_w_bias: torch.Tensor, r_bias: torch.Tensor,
                 attn_mask: Optional[torch.Tensor] = None, mems: Optional[torch.Tensor] = None) -> torch.Tensor:
         if self.fast:
+            # The queries in the projection's layout (the kernel and SDPA read any strides)
+            head_q, kv_memory, kv_segment = self._qkv_parts(self.qkv_net, w, mems, contiguous_queries=False)
+            klen = kv_segment.shape[3] + (0 if kv_memory is None else kv_memory.shape[3])
+            table, bias = self._distance_tables(r_emb, r_bias, klen)
+            # Without gradients our kernel or SDPA; with them our kernel and its backward pass, where it serves
             if self._use_sdpa_bias():
-                # The queries in the projection's layout (the kernel and SDPA read any strides)
-                head_q, kv_memory, kv_segment = self._qkv_parts(self.qkv_net, w, mems, contiguous_queries=False)
-                klen = kv_segment.shape[3] + (0 if kv_memory is None else kv_memory.shape[3])
-                table, bias = self._distance_tables(r_emb, r_bias, klen)
                 attn_vec = self._relative_attention_no_grad(head_q, kv_memory, kv_segment, table, r_w_bias, None,
                                                             attn_mask, r_bias=bias)
+            else:
+                attn_vec = self._kernel_attention(head_q, kv_memory, kv_segment, table, r_w_bias, None, attn_mask,
+                                                  r_bias=bias)
+            if attn_vec is not None:
                 return self._output(w, attn_vec)
-            head_q, head_k, head_v = self._qkv_heads(self.qkv_net, w, mems)
-            table, bias = self._distance_tables(r_emb, r_bias, head_k.shape[2])
+            head_q, head_k, head_v = self._joined_heads(head_q, kv_memory, kv_segment)
             # $(q_i + u)^\top k_j + \mathop{shift}(q_i^\top e_s + b_s)$
             attn_prob = relative_attention_weights_heads(head_q, head_k, table, r_w_bias, None, heads_mask(attn_mask),
                                                          self.scale, r_bias=bias,

@@ -93,7 +93,12 @@ class RelPartialLearnableMultiHeadAttn(XLAttentionBase):
                                                             r_r_bias - r_w_bias, attn_mask,
                                                             causal_bias=self.causal_bias)
                 return self._output(w, attn_vec)
-            head_q, head_k, head_v = self._qkv_heads(self.qkv_net, w, mems)
+            head_q, kv_memory, kv_segment = self._qkv_parts(self.qkv_net, w, mems, contiguous_queries=False)
+            # Our kernel with its own backward pass where it serves
+            attn_vec = self._kernel_attention(head_q, kv_memory, kv_segment, r_head_k, r_w_bias, r_r_bias, attn_mask)
+            if attn_vec is not None:
+                return self._output(w, attn_vec)
+            head_q, head_k, head_v = self._joined_heads(head_q, kv_memory, kv_segment)
             if self.round_scores_to_float32:
                 score = relative_attention_scores_heads(head_q, head_k, r_head_k, r_w_bias, r_r_bias,
                                                         scale=self._fold_scale)
