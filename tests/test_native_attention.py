@@ -91,20 +91,25 @@ def test_kernel_equals_the_plain_computation(shape, biases):
     torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
 
 
-def test_kernel_built_with_sgemm_equals_the_brgemm_build():
-    """The build for a PyTorch without float32 `brgemm` multiplies with BLAS's sgemm: the same numbers to float
-    rounding, on a causal and a `same_length` window."""
-    sgemm_build = build.load_kernel('causal_relative_attention', defines=('LABML_TXL_KERNEL_SGEMM',))
-    default_build = build.load_kernel('causal_relative_attention')
-    assert sgemm_build is not None and sgemm_build is not default_build
+def test_portable_build_equals_the_plain_computation(monkeypatch):
+    """The build for a PyTorch without float32 `brgemm` and without FBGEMM's transposition multiplies with BLAS's
+    sgemm and transposes with its own loop: the same numbers to float rounding, forward and backward, on a causal and
+    a `same_length` window, the keys in two parts."""
+    portable_build = build.load_kernel('causal_relative_attention',
+                                       defines=('LABML_TXL_KERNEL_SGEMM', 'LABML_TXL_KERNEL_OWN_TRANSPOSE'))
+    assert portable_build is not None and portable_build is not build.load_kernel('causal_relative_attention')
+    # `native.causal_relative_attention` calls this build from here on
+    monkeypatch.setitem(build._checked, 'causal_relative_attention', portable_build)
     q, k, values, table, a, b, c = _inputs(2, 3, 37, 40, 16)
     for window in (77, 30):
         with torch.no_grad():
-            out = sgemm_build.causal_relative_attention(q, k[:, :, :40], values[:, :, :40], k[:, :, 40:],
-                                                            values[:, :, 40:], table, a, b, c, 0.3, window, 32)
+            out = native.causal_relative_attention(q, k[:, :, 40:], values[:, :, 40:], table, a, b, 0.3, c, window,
+                                                   k_memory=k[:, :, :40], values_memory=values[:, :, :40])
         mask = decoder_window_mask(37, 77, window)
-        torch.testing.assert_close(out.reshape(37, 2, -1).double(),
-                                   _plain_attention(q, k, values, table, a, b, c, 0.3, mask), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out.double(), _plain_attention(q, k, values, table, a, b, c, 0.3, mask),
+                                   rtol=1e-5, atol=1e-5)
+        _assert_gradients_match_the_plain_computation((q, k, values, table, a, b, c), 0.3, window=window,
+                                                      memory_rows=40)
 
 
 @pytest.mark.parametrize('memory_rows', [0, 1, 31, 40, 77], ids=lambda m: f'memory={m}')

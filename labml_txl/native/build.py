@@ -140,7 +140,7 @@ def _build(name: str, defines: Tuple[str, ...]) -> Optional[ModuleType]:
     try:
         build_directory.mkdir(parents=True, exist_ok=True)
         flags = ['-O3', '-march=native', '-fopenmp'] + [f'-D{define}' for define in defines]
-        return cpp_extension.load(module_name, [str(source)], extra_cflags=flags, extra_ldflags=['-fopenmp'],
+        return cpp_extension.load(module_name, [str(source)], extra_cflags=flags, extra_ldflags=['-fopenmp', '-ldl'],
                                   build_directory=str(build_directory), verbose=False)
     except Exception as error:  # a missing compiler or ninja, a failed compile, link or import: all mean "not here"
         warnings.warn(f"labml_txl could not build its {name} kernel ({_reason(error)}); the PyTorch path runs "
