@@ -18,7 +18,9 @@ with a memory in front of the keys, the memory comes first). Distances run from 
 decoder passes a causal mask as it would to `MultiHeadAttention`.
 
 `fast = True` (the default) computes in the head-major layout `[batch, heads, seq, d_k]` with the shift as a
-view and caches the sinusoids per shape; `fast = False` is the plain computation of
+view and caches the sinusoids per shape; under a decoder's causal mask (float32 on the CPU, without attention
+dropout in training and without `need_weights`) it runs `labml_txl.native`'s causal relative attention kernel,
+forward and backward. `fast = False` is the plain computation of
 `labml_txl.relative_attention` (einsums over `[seq_q, seq_k, batch, heads]`). They agree to float rounding.
 """
 from typing import Optional, Tuple, Union
@@ -26,10 +28,11 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import nn
 
+from . import native
 from .mha import MultiHeadAttention
 from .relative_attention import (from_heads, heads_mask, masked_softmax, relative_attention_scores,
                                  relative_attention_weights_heads, relative_distances, sinusoid_inverse_frequencies,
-                                 sinusoidal_embeddings, to_heads)
+                                 sinusoidal_embeddings)
 
 
 class RelativeMultiHeadAttention(MultiHeadAttention):
@@ -123,14 +126,22 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         """The fast path: head-major `[batch, heads, seq, d_k]`, batched `@`, the shift as a view."""
         seq_q, batch_size, _ = query.shape
         seq_k = key.shape[0]
-        q = to_heads(self.query(query), self.heads, self.d_k)
-        k = to_heads(self.key(key), self.heads, self.d_k)
-        v = to_heads(self.value(value), self.heads, self.d_k)
+        # `[batch, heads, seq, d_k]` views of the projections
+        q, k, v = (x.unflatten(-1, (self.heads, self.d_k)).permute(1, 2, 0, 3)
+                   for x in (self.query(query), self.key(key), self.value(value)))
         # $W_{k,R} R_d$ as `[heads, seq_k + seq_q - 1, d_k]`
         r = self._distance_embeddings(seq_q, seq_k, q.dtype, q.device).transpose(0, 1)
+        masked = None if mask is None else heads_mask(~mask)
+        if not need_weights and not (self.training and self.dropout.p > 0):
+            # Under a decoder's causal mask, our kernel (`labml_txl.native`, with its backward pass): it reads the
+            # views as they are, and only the entries of the table the visible keys need
+            window = native.kernel_window(q, r, masked, seq_k, k, v, self.r_w_bias, self.r_r_bias)
+            if window is not None:
+                return self.output(native.causal_relative_attention(q, k, v, r, self.r_w_bias, self.r_r_bias,
+                                                                    self.scale, window=window))
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         # $\mathop{softmax}_j(A^{rel}_{i,j} / \sqrt{d_k})$ over the allowed keys, `[batch, heads, seq_q, seq_k]`
-        weights = relative_attention_weights_heads(q, k, r, self.r_w_bias, self.r_r_bias,
-                                                   None if mask is None else heads_mask(~mask), self.scale)
+        weights = relative_attention_weights_heads(q, k, r, self.r_w_bias, self.r_r_bias, masked, self.scale)
         weights = self.dropout(weights)
         # $\sum_j a_{i,j} v_j$, heads concatenated
         output = self.output(from_heads(torch.matmul(weights, v)))

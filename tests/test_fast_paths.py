@@ -391,6 +391,38 @@ def test_relative_mha_fast_equals_plain(mask_kind):
     torch.testing.assert_close(weights, weights_plain, atol=1e-12, rtol=1e-12)
 
 
+@pytest.mark.parametrize('training', [False, True], ids=['eval', 'train'])
+def test_relative_mha_under_a_causal_mask_runs_the_kernel_and_equals_plain(count_calls, training):
+    """float32 under the decoder's causal mask: the fast path runs our kernel (forward, and backward in training)
+    and matches the plain computation's output and gradients; with `need_weights` it does not (the kernel keeps
+    no weights to return)."""
+    torch.manual_seed(0)
+    attn = RelativeMultiHeadAttention(2, 16, dropout_prob=0.0).train(training)
+    with torch.no_grad():
+        attn.r_w_bias.normal_()
+        attn.r_r_bias.normal_()
+    x = torch.randn(37, 3, 16)
+    calls = count_calls(native, ['causal_relative_attention'])
+
+    def output_and_gradients():
+        source = x.clone().requires_grad_()
+        with torch.set_grad_enabled(training):
+            out = attn(query=source, key=source, value=source, mask=subsequent_mask(37))
+        if not training:
+            return [out]
+        parameters = [source] + list(attn.parameters())
+        return [out] + list(torch.autograd.grad(out, parameters, torch.ones_like(out)))
+
+    fast = output_and_gradients()
+    assert calls['causal_relative_attention'] == 1
+    attn.fast = False
+    for a, b in zip(fast, output_and_gradients()):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    attn.fast = True
+    attn(query=x, key=x, value=x, mask=subsequent_mask(37), need_weights=True)
+    assert calls['causal_relative_attention'] == 1
+
+
 # -- torch.compile --
 
 def test_whole_model_compiles_without_graph_breaks():
