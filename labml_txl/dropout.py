@@ -28,6 +28,14 @@ $\frac{1}{1-p'}$, with no float copy of the mask.
 The masks come from the default generator, so `torch.manual_seed` and saved RNG states reproduce them; they are
 not the masks `nn.Dropout` draws from the same seed.
 
+On float32 CPU tensors our kernel draws the same 16-bit integers inside the pass that applies them
+(`labml_txl/native/dropout.py`): $u_e$ from SplitMix64, a counter-based generator, seeded by one draw of the
+default generator per mask, dropped where $u_e < t$ (the same $p'$ and scale). Nothing is kept for the backward
+pass, which draws the mask again from the seed: a mask of a million elements and its application took 0.14 ms
+against 1.9 ms for the PyTorch draw, comparison and `where` (in one process). Where the kernel does not serve
+(other dtypes, a machine without a compiler, `LABML_TXL_NATIVE=0`) PyTorch draws them as above; the two draw
+different masks from the same seed.
+
 With `fast = False`, on other devices (CUDA's fused dropout is faster) and under `torch.compile` (Inductor has its
 own random numbers) this is `nn.Dropout`.
 
@@ -37,6 +45,8 @@ $\partial / \partial h_i = \frac{1}{1-p'}$ where the output is positive, else 0)
 """
 import torch
 from torch import nn
+
+from .native import dropout as native_dropout
 
 
 class Dropout(nn.Dropout):
@@ -85,29 +95,43 @@ def _scale(p: float, dtype: torch.dtype) -> float:
 
 
 class _Dropout(torch.autograd.Function):
-    r"""$\frac{m\,x}{1 - p'}$ with $m$ kept as booleans; the backward pass is the same step on the gradient."""
+    r"""$\frac{m\,x}{1 - p'}$; the backward pass is the same step on the gradient. By the kernel (`native/dropout.py`)
+    where it serves: the mask drawn from a seed, and drawn again from it in the backward pass; else $m$ drawn by
+    PyTorch (`_dropped`) and kept as booleans."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, p: float) -> torch.Tensor:
-        dropped, scale = _dropped(x.shape, p), _scale(p, x.dtype)
+        scale = _scale(p, x.dtype)
+        ctx.scale, ctx.threshold = scale, _threshold(p)
+        if native_dropout.serves(x):
+            ctx.seed = native_dropout.draw_seed()
+            return native_dropout.dropout(x, ctx.seed, ctx.threshold, scale)
+        ctx.seed = None
+        dropped = _dropped(x.shape, p)
         ctx.save_for_backward(dropped)
-        ctx.scale = scale
         # (`where` rather than `masked_fill`: about a fifth faster on the CPU)
         return torch.where(dropped, 0.0, x).mul_(scale)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
+        if ctx.seed is not None:
+            return native_dropout.dropout(grad, ctx.seed, ctx.threshold, ctx.scale), None
         dropped, = ctx.saved_tensors
         return torch.where(dropped, 0.0, grad).mul_(ctx.scale), None
 
 
 class _ReLUDropoutInPlace(torch.autograd.Function):
-    r"""$\mathop{dropout}(\max(0, h))$ written over `h`; backward from the output alone."""
+    r"""$\mathop{dropout}(\max(0, h))$ written over `h`; backward from the output alone. By the kernel where it serves
+    (the same mask as `_Dropout`'s from the same generator state), else by PyTorch's ops."""
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, p: float) -> torch.Tensor:
         scale = _scale(p, h.dtype)
-        torch.where(_dropped(h.shape, p), h.new_zeros(()), h.relu_(), out=h).mul_(scale)
+        ctx.native = native_dropout.serves(h) and h.is_contiguous()
+        if ctx.native:
+            native_dropout.relu_dropout_(h, native_dropout.draw_seed(), _threshold(p), scale)
+        else:
+            torch.where(_dropped(h.shape, p), h.new_zeros(()), h.relu_(), out=h).mul_(scale)
         ctx.mark_dirty(h)
         ctx.save_for_backward(h)
         ctx.scale = scale
@@ -117,6 +141,8 @@ class _ReLUDropoutInPlace(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         out, = ctx.saved_tensors
         # $\frac{1}{1-p'}$ where the output is positive (kept and $h_i > 0$), else 0
+        if ctx.native:
+            return native_dropout.relu_dropout_backward(grad, out, ctx.scale), None
         return torch.ops.aten.threshold_backward(grad, out, 0).mul_(ctx.scale), None
 
 

@@ -1,0 +1,101 @@
+"""
+The dropout kernel (`labml_txl/native/dropout.py`): its generator against SplitMix64's published outputs, its masks
+against the same generator written in PyTorch, the same mask for any number of threads and in the backward pass,
+and the PyTorch path where it does not serve. (`tests/test_dropout.py` checks the masks' distribution, scaling and
+gradient through `Dropout`, which runs the kernel on float32 CPU tensors.)
+"""
+import pytest
+import torch
+
+from labml_txl import native
+from labml_txl.dropout import Dropout, relu_dropout_
+from labml_txl.native import dropout as native_dropout
+
+
+def test_reference_generator_is_splitmix64():
+    """The first five outputs of SplitMix64 seeded with 1234567, as published with its reference implementation,
+    are the 16-bit draws of elements 0 .. 19 reassembled four at a time."""
+    expected = [6457827717110365317, 3203168211198807973, 9817491932198370423, 4593380528125082431,
+                16408922859458223821]
+    draws = native_dropout.reference_draws(20, 1234567).tolist()
+    assert [sum(draws[4 * c + k] << (16 * k) for k in range(4)) for c in range(5)] == expected
+
+
+@pytest.mark.parametrize('numel', [1, 3, 4, 5, 255, 256, 257, 16383, 16385, 100_003])
+def test_kernel_masks_equal_the_generator_written_in_pytorch(numel):
+    """Sizes that end inside a 64-bit number, a block of 256 elements and a thread's run of blocks."""
+    x = torch.randn(numel)
+    seed, threshold, scale = 0x1234_5678_9ABC_DEF, 6554, 1.1
+    expected = torch.where(native_dropout.reference_draws(numel, seed) < threshold, 0.0, x * scale)
+    assert torch.equal(native_dropout.dropout(x, seed, threshold, scale), expected)
+    h = x.clone()
+    native_dropout.relu_dropout_(h, seed, threshold, scale)
+    assert torch.equal(h, torch.where(expected == 0, 0.0, expected.clamp(min=0)))
+
+
+def test_relu_dropout_keeps_a_nan_as_relu_does():
+    """A diverging model shows NaN: where the mask keeps it, a NaN stays NaN (ReLU's `max` passes it on)."""
+    x = torch.tensor([float('nan'), -1.0, 2.0, 0.5] * 64)
+    kept = native_dropout.reference_draws(x.numel(), 7) >= 30000
+    expected = torch.where(kept, torch.relu(x) * 1.5, 0.0)
+    torch.testing.assert_close(native_dropout.relu_dropout_(x.clone(), 7, 30000, 1.5), expected, equal_nan=True)
+    assert expected.isnan().any()
+
+
+def test_the_mask_does_not_depend_on_the_number_of_threads():
+    x = torch.randn(1 << 20)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = native_dropout.dropout(x, 42, 30000, 2.0)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(native_dropout.dropout(x, 42, 30000, 2.0), one)
+
+
+def test_dropout_draws_its_mask_by_the_kernel_and_again_in_the_backward_pass(count_calls):
+    calls = count_calls(native_dropout, ['dropout', 'relu_dropout_', 'relu_dropout_backward'])
+    x = torch.randn(64, 33, requires_grad=True)
+    torch.manual_seed(0)
+    out = Dropout(0.3).train()(x)
+    grad = torch.randn_like(x)
+    out.backward(grad)
+    # Forward and backward: the gradient passes exactly where the output kept the input, scaled alike
+    assert calls == {'dropout': 2}
+    kept = out != 0
+    scale = out[kept] / x.detach()[kept]
+    torch.testing.assert_close(x.grad, torch.where(kept, grad * scale[0], 0.0), rtol=0, atol=0)
+    # The fused ReLU and dropout, and its backward from the output
+    h = torch.randn(64, 33, requires_grad=True)
+    relu_dropout_(h * 1.0, Dropout(0.3).train()).sum().backward()
+    assert calls == {'dropout': 2, 'relu_dropout_': 1, 'relu_dropout_backward': 1}
+
+
+def test_where_the_kernel_does_not_serve_pytorch_draws_the_mask(count_calls):
+    """float64, a `native.disabled()` block: PyTorch's 16-bit integers (another mask from the same seed)."""
+    calls = count_calls(native_dropout, ['dropout'])
+    x = torch.ones(4096)
+    drop = Dropout(0.5).train()
+    torch.manual_seed(1)
+    by_kernel = drop(x)
+    with native.disabled():
+        torch.manual_seed(1)
+        by_pytorch = drop(x)
+        assert not native_dropout.serves(x)
+    assert calls == {'dropout': 1}
+    assert not native_dropout.serves(x.double())
+    assert drop(x.double()).dtype == torch.float64 and calls == {'dropout': 1}
+    assert not torch.equal(by_kernel, by_pytorch)
+    # Both drop about half
+    for out in (by_kernel, by_pytorch):
+        assert 0.45 < (out == 0).double().mean() < 0.55
+
+
+def test_kernel_refuses_other_tensors_with_a_message():
+    module = native.load_kernel('dropout')
+    with pytest.raises(RuntimeError, match='contiguous float32 CPU tensor'):
+        module.dropout(torch.randn(4, 4).double(), 1, 100, 1.0)
+    with pytest.raises(RuntimeError, match='contiguous float32 CPU tensor'):
+        module.dropout(torch.randn(4, 4).t(), 1, 100, 1.0)
+    with pytest.raises(RuntimeError, match='threshold must be in 1 .. 65535'):
+        module.dropout(torch.randn(4), 1, 0, 1.0)
