@@ -407,11 +407,6 @@ void attend(const Attention &a, int64_t block, float *out_data, float *weights) 
   });
 }
 
-// out[c, r] = in[r, c] for a [rows, cols] block with row stride `in_row` into one with row stride `out_row`
-void transpose_block(const float *in, int64_t in_row, int64_t rows, int64_t cols, float *out, int64_t out_row) {
-  transpose_rows(in, in_row, rows, cols, out_row, out);
-}
-
 }  // namespace
 
 // No-grad inference: returns [Q, B, H, D] (the heads' outputs in the layout that concatenates them with a view).
@@ -528,9 +523,9 @@ std::vector<torch::Tensor> causal_relative_attention_backward(
         if (a.position) add_rows(grad_qb.data(), n, D, grad_position.data_ptr<float>() + item * D);
         if (has_entry_bias) add_rows(grad_p.data(), n, L, grad_entry.data_ptr<float>() + item * R + s0);
         // dK += G^T (Q + a), dV += w^T dO, dR += G'^T (Q + b), [L, D] each
-        transpose_block(grad_s.data(), L, n, L, grad_s_t.data(), n);
-        transpose_block(w, K, n, L, weights_t.data(), n);
-        transpose_block(grad_p.data(), L, n, L, grad_p_t.data(), n);
+        transpose_rows(grad_s.data(), L, n, L, n, grad_s_t.data());
+        transpose_rows(w, K, n, L, n, weights_t.data());
+        transpose_rows(grad_p.data(), L, n, L, n, grad_p_t.data());
         product(L, D, n, grad_s_t.data(), n, qa, lda, gk_h + J0 * D, D, true);
         product(L, D, n, weights_t.data(), n, dO, go_row, gv_h + J0 * D, D, true);
         product(L, D, n, grad_p_t.data(), n, qb, ldb, gt_h + s0 * D, D, true);

@@ -14,14 +14,13 @@ Masks inside `xl/` follow the original: boolean, **True where a key is masked**,
 
 ## Two paths, one result
 
-`fast = True` (the default) computes in the head-major layout `[bsz, n_head, seq, d_head]`: queries, keys and
-values are made contiguous once, every product is a plain batched `@`, the relative shift is a view
-(`relative_shift_view`) and the softmax runs over the last, contiguous axis; the absolute variants call
-`scaled_dot_product_attention`, and the relative ones run our attention kernel (`labml_txl.native`, with its own
-backward pass in training) where it serves, else, without gradients, SDPA with the position terms as its bias.
-`fast = False` is the original's computation
-(einsums over `[qlen, klen, bsz, n_head]`, the pad-and-copy shift), kept to compare against: the two agree to float
-rounding.
+`fast = True` (the default): the relative variants run our attention kernel (`labml_txl.native`: forward, and in
+training its backward pass) under the decoder's causal or `same_length` mask, reading the projections where they
+are. Elsewhere they compute in the head-major layout `[bsz, n_head, seq, d_head]`: queries, keys and values made
+contiguous once, every product a plain batched `@`, the relative shift a view (`relative_shift_view`), the softmax
+over the last, contiguous axis, and without gradients SDPA with the position terms as its bias. The absolute
+variants call `scaled_dot_product_attention`. `fast = False` is the original's computation (einsums over
+`[qlen, klen, bsz, n_head]`, the pad-and-copy shift), kept to compare against: the two agree to float rounding.
 """
 from typing import Optional, Tuple
 
@@ -34,7 +33,7 @@ from ..dropout import Dropout
 from ..errors import require_positive_int
 from ..prepacked_linear import inference_linear
 from ..relative_attention import (CausalPositionBias, from_heads, heads_mask, masked_softmax, masked_softmax_heads,
-                                  relative_attention_sdpa, to_heads)
+                                  relative_attention_sdpa)
 from .checks import check_probability
 
 
@@ -190,13 +189,13 @@ class XLAttentionBase(nn.Module):
         return head_q.contiguous(), head_k, head_v
 
     def _qkv_parts(self, qkv_net: nn.Linear, w: torch.Tensor, mems: Optional[torch.Tensor],
-                   contiguous_queries: bool = True, query_bias: Optional[torch.Tensor] = None):
+                   query_bias: Optional[torch.Tensor] = None):
         r"""
         Head-major queries of the segment `w` `[bsz, n_head, qlen, d_head]`, and the keys and values of the memory
-        (None without one) and of the segment, each `[2, bsz, n_head, len, d_head]` (views of their projections,
-        not joined: `_joined_heads` joins them) and, with `keep_kv`, also left in `last_kv` as that pair. The queries
-        are contiguous with `contiguous_queries`, else a view of the projection (`[qlen, bsz, n_head, d_head]` in
-        memory), for a consumer that reads any layout. `query_bias` `[n_head, d_head]` (or None) is added to the
+        (None without one) and of the segment, each `[2, bsz, n_head, len, d_head]`, all views of their projections
+        (the queries `[qlen, bsz, n_head, d_head]` in memory; our kernel and SDPA read them as they are, and
+        `_joined_heads` makes them contiguous and joins the keys and values for the PyTorch path) and, with
+        `keep_kv`, the keys and values also left in `last_kv` as that pair. `query_bias` `[n_head, d_head]` (or None) is added to the
         queries by the projection, as its bias: $q + u$ with no pass of its own.
 
         The original projects `[mems, w]` with all three of $W_q, W_k, W_v$ and drops the memory's queries. Here the
@@ -214,10 +213,7 @@ class XLAttentionBase(nn.Module):
         qkv = inference_linear(self.layer_norm(w) if self.pre_lnorm else w, qkv_net.weight, bias)
         # (`split` and `unbind` rather than slices: their backward pass concatenates, with no zero-filled gradient)
         q, kv = qkv.split([hd, 2 * hd], dim=-1)
-        if contiguous_queries:
-            head_q = to_heads(q, self.n_head, self.d_head)
-        else:
-            head_q = q.unflatten(-1, (self.n_head, self.d_head)).permute(1, 2, 0, 3)
+        head_q = q.unflatten(-1, (self.n_head, self.d_head)).permute(1, 2, 0, 3)
         # $[W_k; W_v] h$ as `[2, bsz, n_head, qlen, d_head]` (a view)
         kv_segment = self._kv_view(kv)
         kv_memory = self.mems_kv

@@ -109,8 +109,8 @@ class MemTransformerLM(nn.Module):
 
     Attributes:
         fast: (new) True (the default) runs the fast paths: head-major attention, the shift as a view,
-            `scaled_dot_product_attention` for the absolute types and for no-grad relative attention where our
-            causal relative attention kernel does not serve (in training too: `labml_txl.native`), queries
+            `scaled_dot_product_attention` for the absolute types, relative attention by our C++ kernel (forward
+            and backward, `labml_txl.native`) under the decoder's masks and else without gradients by SDPA, queries
             only for the segment, position embeddings and masks cached across segments, the memory's keys and
             values kept from the segment before in no-grad evaluation, in no-grad evaluation on the CPU the
             causal position bias from a kept buffer and the layers' products through oneDNN with prepacked

@@ -55,7 +55,7 @@ class RelLearnableMultiHeadAttn(XLAttentionBase):
                 attn_mask: Optional[torch.Tensor] = None, mems: Optional[torch.Tensor] = None) -> torch.Tensor:
         if self.fast:
             # The queries in the projection's layout (the kernel and SDPA read any strides)
-            head_q, kv_memory, kv_segment = self._qkv_parts(self.qkv_net, w, mems, contiguous_queries=False)
+            head_q, kv_memory, kv_segment = self._qkv_parts(self.qkv_net, w, mems)
             klen = kv_segment.shape[3] + (0 if kv_memory is None else kv_memory.shape[3])
             table, bias = self._distance_tables(r_emb, r_bias, klen)
             # Without gradients our kernel or SDPA; with them our kernel and its backward pass, where it serves

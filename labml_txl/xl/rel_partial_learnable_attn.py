@@ -87,13 +87,12 @@ class RelPartialLearnableMultiHeadAttn(XLAttentionBase):
                 # $u$ to the queries (its bias), so $Q + v = (Q + u) + (v - u)$. The kernel and SDPA read the
                 # queries in the projection's layout (no copy), and the output comes back in the layout that
                 # concatenates the heads with a view.
-                head_q_u, kv_memory, kv_segment = self._qkv_parts(self.qkv_net, w, mems, contiguous_queries=False,
-                                                                  query_bias=r_w_bias)
+                head_q_u, kv_memory, kv_segment = self._qkv_parts(self.qkv_net, w, mems, query_bias=r_w_bias)
                 attn_vec = self._relative_attention_no_grad(head_q_u, kv_memory, kv_segment, r_head_k, None,
                                                             r_r_bias - r_w_bias, attn_mask,
                                                             causal_bias=self.causal_bias)
                 return self._output(w, attn_vec)
-            head_q, kv_memory, kv_segment = self._qkv_parts(self.qkv_net, w, mems, contiguous_queries=False)
+            head_q, kv_memory, kv_segment = self._qkv_parts(self.qkv_net, w, mems)
             # Our kernel with its own backward pass where it serves
             attn_vec = self._kernel_attention(head_q, kv_memory, kv_segment, r_head_k, r_w_bias, r_r_bias, attn_mask)
             if attn_vec is not None:
