@@ -26,7 +26,7 @@ import train_xl  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 
 # A small model that learns fast on two cores: no dropout (it underfits in minutes), pre-norm layers so that a
-# high learning rate stays stable, warm-up and a cosine decay over 5,000 steps (about 8 minutes on this project's
+# high learning rate stays stable, warm-up and a cosine decay over 5,000 steps (about 6 minutes on this project's
 # 2-core CPU; `time_limit` stops a slower machine earlier, with a higher final loss)
 DEMO = {'n_layer': 4, 'd_model': 128, 'n_head': 4, 'd_head': 32, 'd_inner': 512, 'dropout': 0.0, 'dropatt': 0.0,
         'pre_lnorm': True, 'tgt_len': 64, 'mem_len': 64, 'batch_size': 16, 'lr': 0.006, 'warmup_step': 200,
