@@ -195,8 +195,8 @@ class XLAttentionBase(nn.Module):
         (None without one) and of the segment, each `[2, bsz, n_head, len, d_head]`, all views of their projections
         (the queries `[qlen, bsz, n_head, d_head]` in memory; our kernel and SDPA read them as they are, and
         `_joined_heads` makes them contiguous and joins the keys and values for the PyTorch path) and, with
-        `keep_kv`, the keys and values also left in `last_kv` as that pair. `query_bias` `[n_head, d_head]` (or None) is added to the
-        queries by the projection, as its bias: $q + u$ with no pass of its own.
+        `keep_kv`, the keys and values also left in `last_kv` as that pair. `query_bias` `[n_head, d_head]` (or
+        None) is added to the queries by the projection, as its bias: $q + u$ with no pass of its own.
 
         The original projects `[mems, w]` with all three of $W_q, W_k, W_v$ and drops the memory's queries. Here the
         segment gets all three and the memory only $W_k, W_v$ (a third of that product saved), and since the memory
