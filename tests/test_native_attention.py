@@ -419,3 +419,22 @@ def test_a_kernel_with_wrong_results_is_not_used(monkeypatch, fresh_kernels):
     monkeypatch.setattr(build, '_loaded', {('causal_relative_attention',): WrongKernel()})
     with pytest.warns(RuntimeWarning, match='other results than PyTorch'):
         assert not native.kernel_available()
+
+
+def test_a_kernel_with_wrong_gradients_is_not_used(monkeypatch, fresh_kernels):
+    """The first check covers the training passes too: a backward pass that gets one gradient wrong (the keys') is
+    caught before any model trains with it."""
+    built = build.load_kernel('causal_relative_attention')
+
+    class WrongBackward:
+        causal_relative_attention = staticmethod(built.causal_relative_attention)
+        causal_relative_attention_forward = staticmethod(built.causal_relative_attention_forward)
+
+        @staticmethod
+        def causal_relative_attention_backward(*args):
+            grads = built.causal_relative_attention_backward(*args)
+            return [grads[0], grads[1] * 1.01] + list(grads[2:])
+
+    monkeypatch.setattr(build, '_loaded', {('causal_relative_attention',): WrongBackward()})
+    with pytest.warns(RuntimeWarning, match='causal relative attention \\(training\\) kernel gave other results'):
+        assert not native.kernel_available()

@@ -70,21 +70,42 @@ def _reference(q, k, values, table, content_bias, position_bias, entry_bias, sca
 
 
 def _check(module) -> bool:
-    """Run the kernel once on a small input with every bias and compare with `_reference`."""
+    """Run the kernel once on a small input with every bias and compare with `_reference`: the inference pass, and
+    the training passes' output and the gradients of every input."""
     generator = torch.Generator().manual_seed(0)
 
     def randn(*shape):
         return torch.randn(*shape, generator=generator)
 
     # 2 batches, 3 heads, 37 queries (a partial block) behind 11 keys of memory, each seeing at most 20, heads of 8
-    q, k, values = randn(2, 3, 37, 8), randn(2, 3, 48, 8), randn(2, 3, 48, 8)
-    table, content_bias, position_bias, entry_bias = randn(3, 49, 8), randn(3, 8), randn(3, 8), randn(3, 49)
-    # (the keys and values in two parts, as the model passes them: 17 of memory and 31 more)
-    return first_result_matches(
+    inputs = (randn(2, 3, 37, 8), randn(2, 3, 48, 8), randn(2, 3, 48, 8), randn(3, 49, 8), randn(3, 8), randn(3, 8),
+              randn(3, 49))
+    q, k, values, table, content_bias, position_bias, entry_bias = inputs
+    grad_out = randn(37, 2, 3, 8)
+
+    def trained_by_kernel():
+        out, weights = module.causal_relative_attention_forward(*inputs, 0.3, 20, QUERY_BLOCK)
+        grads = module.causal_relative_attention_backward(grad_out, q, k, values, table, content_bias, position_bias,
+                                                          True, weights, 0.3, 20, QUERY_BLOCK)
+        grad_q, grad_k, grad_values, *per_batch = grads
+        return torch.cat([t.flatten() for t in [out, grad_q.permute(1, 2, 0, 3), grad_k, grad_values]
+                          + [g.sum(0) for g in per_batch]])
+
+    def trained_by_reference():
+        # (the first check may run inside a caller's `no_grad`)
+        with torch.enable_grad():
+            leaves = [t.clone().requires_grad_() for t in inputs]
+            out = _reference(*leaves, 0.3, window=20)
+            grads = torch.autograd.grad(out, leaves, grad_out)
+        return torch.cat([t.flatten() for t in [out.detach()] + list(grads)])
+
+    # (the keys and values in two parts, as the model passes them in inference: 17 of memory and 31 more)
+    return (first_result_matches(
         'causal relative attention',
         lambda: module.causal_relative_attention(q, k[:, :, :17], values[:, :, :17], k[:, :, 17:], values[:, :, 17:],
                                                  table, content_bias, position_bias, entry_bias, 0.3, 20, QUERY_BLOCK),
-        lambda: _reference(q, k, values, table, content_bias, position_bias, entry_bias, 0.3, window=20))
+        lambda: _reference(*inputs, 0.3, window=20))
+        and first_result_matches('causal relative attention (training)', trained_by_kernel, trained_by_reference))
 
 
 def kernel_available() -> bool:
