@@ -115,6 +115,9 @@ class _Dropout(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         if ctx.seed is not None:
+            if torch.is_grad_enabled():
+                # A second derivative is asked for (`create_graph`): the same product, differentiable in `grad`
+                return grad * native_dropout.dropout(torch.ones_like(grad), ctx.seed, ctx.threshold, ctx.scale), None
             return native_dropout.dropout(grad, ctx.seed, ctx.threshold, ctx.scale), None
         dropped, = ctx.saved_tensors
         return torch.where(dropped, 0.0, grad).mul_(ctx.scale), None
@@ -141,7 +144,7 @@ class _ReLUDropoutInPlace(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         out, = ctx.saved_tensors
         # $\frac{1}{1-p'}$ where the output is positive (kept and $h_i > 0$), else 0
-        if ctx.native:
+        if ctx.native and not torch.is_grad_enabled():
             return native_dropout.relu_dropout_backward(grad, out, ctx.scale), None
         return torch.ops.aten.threshold_backward(grad, out, 0).mul_(ctx.scale), None
 

@@ -232,6 +232,18 @@ def test_kernel_gradients_reach_keys_and_values_given_in_two_parts(memory_rows):
     _assert_gradients_match_the_plain_computation(_inputs(2, 2, 37, 40, 8), 0.3, memory_rows=memory_rows)
 
 
+def test_kernel_refuses_a_second_derivative_with_a_message():
+    """The kernel's gradients carry no graph of their own: asking for a second derivative raises instead of
+    returning a wrong one."""
+    q, k, values, table, a, b, _ = (None if t is None else t.requires_grad_() for t in _inputs(2, 2, 5, 3, 8))
+    out = native.causal_relative_attention(q, k, values, table, a, b, 0.3)
+    # (an incoming gradient that itself needs one, as in a gradient penalty)
+    grad_out = torch.randn(out.shape, requires_grad=True)
+    (grad_q,) = torch.autograd.grad(out, q, grad_out, create_graph=True)
+    with pytest.raises(RuntimeError, match='differentiate twice'):
+        grad_q.sum().backward()
+
+
 def test_kernel_backward_refuses_a_gradient_of_another_layout_with_a_message():
     q, k, values, table, a, b, _ = _inputs(2, 2, 5, 3, 8)
     module = build.load_kernel('causal_relative_attention')

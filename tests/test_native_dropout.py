@@ -99,3 +99,20 @@ def test_kernel_refuses_other_tensors_with_a_message():
         module.dropout(torch.randn(4, 4).t(), 1, 100, 1.0)
     with pytest.raises(RuntimeError, match='threshold must be in 1 .. 65535'):
         module.dropout(torch.randn(4), 1, 0, 1.0)
+
+
+def test_second_derivatives_through_masks_drawn_by_the_kernel():
+    """With `create_graph` the backward pass stays differentiable in the incoming gradient: d/dv of the gradient
+    `v * m / (1 - p')` is the scaled mask itself, for dropout and for the fused ReLU and dropout."""
+    x = torch.randn(64, 33, requires_grad=True)
+    v = torch.randn(64, 33, requires_grad=True)
+    for step in (lambda h: Dropout(0.3).train()(h), lambda h: relu_dropout_(h * 1.0, Dropout(0.3).train())):
+        torch.manual_seed(2)
+        out = step(x)
+        (grad_x,) = torch.autograd.grad(out, x, v, create_graph=True)
+        (grad_v,) = torch.autograd.grad(grad_x.sum(), v)
+        # The scaled mask where the output kept a positive or nonzero input, else 0
+        passed = (out != 0).detach()
+        scale = (out[passed] / x[passed]).detach()
+        torch.testing.assert_close(grad_v[passed], scale, rtol=1e-6, atol=0)
+        assert 0 < passed.sum() < passed.numel() and not grad_v[~passed].any()

@@ -44,6 +44,7 @@ elsewhere the callers run that path. The layers leave training with attention dr
 from typing import Optional
 
 import torch
+from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
 from ..relative_attention import decoder_key_window, decoder_window_mask
@@ -147,7 +148,9 @@ class _CausalRelativeAttention(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out):
+        # (the kernel's gradients carry no graph: a second derivative raises rather than comes out wrong)
         q, k, values, table, content_bias, position_bias, weights = ctx.saved_tensors
         module = checked_kernel('causal_relative_attention', _check)
         grad_q, grad_k, grad_values, *per_batch = module.causal_relative_attention_backward(
