@@ -9,8 +9,9 @@ per round, the order rotated every round), so a load that comes and goes slows a
 
 * training and evaluation tokens/s of `MemTransformerLM` (fast, and fast under `torch.compile`) against
   labml_nn's `TransformerXL` and this package's plain path (`model.fast = False`, the original's computation);
-* evaluation tokens/s of the fast path against itself without our C++ kernels (`labml_txl.native.disabled()`:
-  PyTorch's attention, SDPA with the position terms as its bias, and PyTorch's residual additions and layer norms);
+* training and evaluation tokens/s of the fast path against itself without our C++ kernels
+  (`labml_txl.native.disabled()`: PyTorch's attention (in evaluation SDPA with the position terms as its bias),
+  PyTorch's dropout masks, residual additions and layer norms);
 * the tokens/s of the products of a fast evaluation segment alone (`products_runner`), which bounds what any
   evaluation with those products can reach on the machine;
 * the achieved matmul FLOP/s of a training step (FLOPs counted analytically, backward = 2x forward) as a
@@ -283,9 +284,9 @@ def measure_speed(cfg: BenchConfig, compile_model: bool = True, labml_nn: bool =
             runners['torch.mm'] = matmul_runner(cfg.matmul_n)
         else:
             runners['products alone'] = products_runner(cfg)
-            # The fast path with PyTorch's attention and layer norms in place of our kernels
-            model = make_xl(cfg, fast=True)
-            runners[WITHOUT_KERNELS] = Stream(model, cfg, train, call=without_native_kernels(model))
+        # The fast path with PyTorch's attention, dropout and layer norms in place of our kernels
+        model = make_xl(cfg, fast=True)
+        runners[WITHOUT_KERNELS] = Stream(model, cfg, train, call=without_native_kernels(model))
         seconds = interleaved(runners, cfg.repeats)
         if compile_model:
             model = make_xl(cfg, fast=True)

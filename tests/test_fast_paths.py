@@ -492,8 +492,10 @@ def test_benchmark_measures_every_row_on_tiny_sizes():
     table = bench.format_table(bench.speed_rows(speed, cfg) + bench.table9_rows(table9) + bench.memory_rows(memory))
     lines = table.splitlines()
     assert lines[0] == '| measurement | value | ratio |'
+    assert set(speed['fast without our kernels']) == {'train', 'eval'}
     for needle in ('train: fast vs plain', 'train: fast vs labml_nn', 'eval: fast vs plain', 'eval: fast vs labml_nn',
-                   "eval: the fast path's products alone", 'eval: fast vs fast without our kernels',
+                   "eval: the fast path's products alone", 'train: fast vs fast without our kernels',
+                   'eval: fast vs fast without our kernels',
                    'bf16 autocast', 'train step matmul FLOP/s', 'Table 9, L=4', 'Table 9, L=8',
                    'eval peak memory above the model, mem_len=8'):
         assert any(needle in line for line in lines), needle
