@@ -54,7 +54,6 @@ from .build import checked_kernel, first_result_matches, native_kernels_enabled
 QUERY_BLOCK = 32
 
 
-
 def _reference(q, k, values, table, content_bias, position_bias, entry_bias, scale, window):
     """The computation written out in PyTorch, `[qlen, batch, heads, d_head]`, for the first check."""
     qlen, klen = q.shape[-2], k.shape[-2]

@@ -189,21 +189,12 @@ void add(const float *a, const float *b, float *out, int64_t n) {
 
 // out[r, :] = rows[r, :] + bias for n rows of D
 void add_bias_to_rows(const float *rows, int64_t row_stride, const float *bias, int64_t n, int64_t D, float *out) {
-  for (int64_t r = 0; r < n; ++r) {
-    const float *row = rows + r * row_stride;
-    float *o = out + r * D;
-#pragma omp simd
-    for (int64_t d = 0; d < D; ++d) o[d] = row[d] + bias[d];
-  }
+  for (int64_t r = 0; r < n; ++r) add(rows + r * row_stride, bias, out + r * D, D);
 }
 
 // sum[c] += rows[r, c] over n contiguous rows of `width`
 void add_rows(const float *rows, int64_t n, int64_t width, float *sum) {
-  for (int64_t r = 0; r < n; ++r) {
-    const float *row = rows + r * width;
-#pragma omp simd
-    for (int64_t c = 0; c < width; ++c) sum[c] += row[c];
-  }
+  for (int64_t r = 0; r < n; ++r) add(sum, rows + r * width, sum, width);
 }
 
 // Strides of a [B, H, rows, D] tensor whose last axis is contiguous

@@ -1,5 +1,5 @@
 // The residual connection and the layer normalisation after it, LN(x + residual), in one pass over the rows, for
-// no-grad float32 inference on the CPU (see residual_layer_norm.py).
+// no-grad float32 inference on the CPU (see layer_norm.py).
 //
 // PyTorch computes it as two passes over memory: x + residual into a new tensor, then LayerNorm of it. Here each
 // row of d features is summed, its mean and variance taken and normalised while it is in cache:

@@ -261,7 +261,8 @@ class Trainer:
         """Train from `self.step` to `max_step` (or `time_limit`); returns the last validation loss."""
         conf = self.conf
         if self.device.type == 'cpu':
-            # The evaluation kernels are compiled now (once per machine), not inside the time limit
+            # Our C++ kernels (attention, dropout, layer norm) are compiled now (once per machine), not inside the
+            # time limit
             native.prepare_kernels()
         started = time.time()
         valid = None
