@@ -258,7 +258,7 @@ class TransformerXLConfigs(ValidatedConfigs):
     """
     Configurations of Transformer-XL (`xl.MemTransformerLM`): every constructor keyword is an item, with the
     defaults of the original `train.py`; `model` is built on first use. `attention` names the attention variant
-    and `preset` sets the hyperparameters of one of the original run scripts (`presets.md`).
+    and `preset` sets the hyperparameters of one of the original run scripts (`tests/reference/xl/presets.md`).
     """
     # Vocabulary size; set by the corpus
     n_token: int

@@ -12,7 +12,7 @@ from labml_txl.mha import MultiHeadAttention
 from labml_txl.relative_mha import RelativeMultiHeadAttention
 from labml_txl.xl import MemTransformerLM
 
-PRESETS_MD = Path(__file__).resolve().parents[1] / '..' / 'shared' / 'reference' / 'xl' / 'presets.md'
+PRESETS_MD = Path(__file__).resolve().parent / 'reference' / 'xl' / 'presets.md'
 
 
 def test_every_constructor_keyword_is_a_config_item():

@@ -164,7 +164,7 @@ def device_of(c: TrainXLConfigs) -> torch.device:
     return device_of_name(c.device)
 
 
-# ## Training columns of the presets (`presets.md`)
+# ## Training columns of the presets (`tests/reference/xl/presets.md`)
 
 def _training_preset(name: str, *, warmup_step: int, max_step: int, batch_size: int):
     aggregate(TrainXLConfigs.preset, name, (TrainXLConfigs.warmup_step, warmup_step),

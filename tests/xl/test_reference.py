@@ -1,6 +1,6 @@
 """
 `MemTransformerLM` against the vectors the original Transformer-XL code computed
-(`../shared/reference/xl/*.pt`, made as its README.md says): every file is built from its config, loaded with
+(`tests/reference/xl/*.pt`, made as its README.md says): every file is built from its config, loaded with
 `strict=True`, run in float64 segment by segment, and must reproduce the per-position losses, the memories
 after every segment and the gradients of the first segment's mean loss.
 
