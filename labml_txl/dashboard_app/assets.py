@@ -1,12 +1,14 @@
 """The dashboard page's browser libraries, served from this machine instead of public CDNs.
 
-labml_app's `index.html` loads three libraries from CDNs, which a machine without internet cannot reach:
+labml_app's `index.html` loads three libraries from CDNs, which a machine without internet cannot reach. Each
+has an npm package, pinned in `package.json` at the version the page names and installed by `npm ci` into
+`node_modules/` (never committed):
 
-| library      | CDN tag in index.html                  | local source (installed, never committed)          |
-| ------------ | -------------------------------------- | -------------------------------------------------- |
-| d3 v6        | `<script src="https://d3js.org/...">`  | npm package `d3@6` in `node_modules/` (`npm install`) |
-| Bootstrap 5  | `<link href="...bootstrap.min.css">`   | PyPI package `xstatic-bootstrap` (5.x)             |
-| Font Awesome | `<link href="...font-awesome/.../all.css">` | PyPI package `xstatic-font-awesome` (5.x or 6.x) |
+| library          | CDN tag in index.html                           | npm package (version in package.json) |
+| ---------------- | ----------------------------------------------- | ------------------------------------- |
+| d3 v6            | `<script src="https://d3js.org/d3.v6.min.js">`  | `d3` (6.7.0)                          |
+| Bootstrap 5      | `<link href=".../bootstrap@5.0.0-beta2/...">`   | `bootstrap` (5.0.0-beta2)             |
+| Font Awesome 5   | `<link href=".../font-awesome/5.9.0/...">`      | `@fortawesome/fontawesome-free` (5.9.0) |
 
 `find_assets()` looks for each; `rewrite_index_html()` swaps the CDN tag of each one found for a tag that
 loads it from `/_local/<name>/...`, and leaves the CDN tag of each one missing as it was (the page then
@@ -54,7 +56,7 @@ def _major(version: str) -> int:
 
 
 def node_modules_dirs() -> List[Path]:
-    """Where `npm install` may have put d3: `$LABML_TXL_NODE_MODULES`, the source checkout, the cwd."""
+    """Where `npm ci` may have put the packages: `$LABML_TXL_NODE_MODULES`, the source checkout, the cwd."""
     dirs = []
     if os.environ.get(NODE_MODULES_ENV):
         dirs.append(Path(os.environ[NODE_MODULES_ENV]))
@@ -63,41 +65,36 @@ def node_modules_dirs() -> List[Path]:
     return dirs
 
 
-def _find_d3(search: Sequence[Path]) -> Tuple[Optional[Path], str]:
+def _find_npm_package(package: str, majors: Sequence[int], served: str, entry: str,
+                      search: Sequence[Path]) -> Tuple[Optional[Path], str]:
+    """The folder to serve of npm `package` (its subfolder `served`, holding `entry`), from the first of `search`
+    that has a version of one of the major versions `majors`; else None and why not."""
     seen = []
-    for nm in search:
-        meta = nm / 'd3' / 'package.json'
+    wanted = '/'.join(f'{major}.x' for major in majors)
+    for node_modules in search:
+        meta = node_modules / package / 'package.json'
         if not meta.is_file():
             continue
         version = json.loads(meta.read_text(encoding='utf-8')).get('version', '?')
-        if _major(version) != 6:
-            seen.append(f'd3 {version} in {nm} (the app needs 6.x)')
+        if _major(version) not in majors:
+            seen.append(f'{package} {version} in {node_modules} (the page needs {wanted})')
             continue
-        if (nm / 'd3' / 'dist' / 'd3.min.js').is_file():
-            return nm / 'd3' / 'dist', f'd3 {version} from {nm}'
+        directory = node_modules / package / served
+        if (directory / entry).is_file():
+            return directory, f'{package} {version} from {node_modules}'
+        seen.append(f'{package} {version} in {node_modules} has no {served}/{entry}')
     looked = ', '.join(str(p) for p in search)
-    return None, '; '.join(seen) or f'no d3 in {looked}; run `npm install` (package.json asks for d3@6)'
-
-
-def _find_xstatic(module: str, pip_name: str, majors: Sequence[int], entry: str) -> Tuple[Optional[Path], str]:
-    try:
-        pkg = __import__(f'xstatic.pkg.{module}', fromlist=['BASE_DIR'])
-    except ImportError:
-        return None, f'{pip_name} is not installed; `pip install {pip_name}`'
-    version = getattr(pkg, 'VERSION', '?')
-    if _major(version) not in majors:
-        return None, f'{pip_name} {version} installed; the page needs major version {"/".join(map(str, majors))}'
-    base = Path(pkg.BASE_DIR)
-    if not (base / entry).is_file():
-        return None, f'{pip_name} {version} has no {entry}'
-    return base, f'{pip_name} {version}'
+    return None, '; '.join(seen) or f'no {package} in {looked}; run `npm ci` (package.json pins it)'
 
 
 def find_assets(node_modules: Optional[Sequence[Path]] = None) -> List[Asset]:
-    """Look for d3 v6, Bootstrap 5 and Font Awesome on this machine; each comes back found or with why not."""
-    d3_dir, d3_note = _find_d3(node_modules_dirs() if node_modules is None else list(node_modules))
-    bs_dir, bs_note = _find_xstatic('bootstrap', 'xstatic-bootstrap', [5], 'css/bootstrap.min.css')
-    fa_dir, fa_note = _find_xstatic('font_awesome', 'xstatic-font-awesome', [5, 6], 'css/all.min.css')
+    """Look for d3 v6, Bootstrap 5 and Font Awesome 5 (or 6, which keeps 5's class names) in `node_modules`
+    (default: `node_modules_dirs()`); each comes back found or with why not."""
+    search = node_modules_dirs() if node_modules is None else list(node_modules)
+    d3_dir, d3_note = _find_npm_package('d3', [6], 'dist', 'd3.min.js', search)
+    bs_dir, bs_note = _find_npm_package('bootstrap', [5], 'dist', 'css/bootstrap.min.css', search)
+    # The package's root: its css/all.min.css loads the fonts from ../webfonts/
+    fa_dir, fa_note = _find_npm_package('@fortawesome/fontawesome-free', [5, 6], '.', 'css/all.min.css', search)
     return [
         Asset('d3', 'script', re.compile(r'<script[^>]*\bsrc="[^"]*d3[^"]*"[^>]*>\s*</script>'),
               'd3.min.js', d3_dir, d3_note),

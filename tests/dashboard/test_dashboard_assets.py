@@ -1,4 +1,5 @@
-"""The page's d3, Bootstrap and Font Awesome come from local routes when installed, from the CDN when not."""
+"""The page's d3, Bootstrap and Font Awesome come from local routes when `npm ci` installed them, from the CDN
+when not."""
 import os
 import re
 from pathlib import Path
@@ -71,13 +72,29 @@ def test_app_files_are_served_and_nothing_outside_them(dashboard):
 
 def test_missing_asset_keeps_its_cdn_tag():
     html = (Path(__import__('labml_app').__file__).parent / 'static' / 'index.html').read_text()
-    found = find_assets()
-    missing = find_assets(node_modules=[])  # no node_modules: d3 comes from the CDN
-    d3 = {a.name: a for a in missing}['d3']
-    assert d3.directory is None and 'npm install' in d3.note
+    missing = find_assets(node_modules=[])  # no node_modules: every library comes from its CDN
+    assert all(a.directory is None and 'npm ci' in a.note for a in missing), [a.note for a in missing]
     page, report = rewrite_index_html(html, missing)
-    assert 'https://d3js.org/d3.v6.min.js' in page
-    assert any(line.startswith('d3: from the CDN') for line in report), report
-    for a in found:
-        if a.directory is not None and a.name != 'd3':
-            assert f'"{a.url}"' in page
+    assert page == html
+    for url in ('https://d3js.org/d3.v6.min.js', 'bootstrap@5.0.0-beta2/dist/css/bootstrap.min.css',
+                'font-awesome/5.9.0/css/all.css'):
+        assert url in page, url
+    assert [line.split(':')[0] for line in report if ': from the CDN' in line] == ['d3', 'bootstrap', 'font-awesome']
+
+
+def test_wrong_major_version_is_refused_with_the_reason(tmp_path):
+    (tmp_path / 'bootstrap' / 'dist' / 'css').mkdir(parents=True)
+    (tmp_path / 'bootstrap' / 'dist' / 'css' / 'bootstrap.min.css').write_text('body{}')
+    (tmp_path / 'bootstrap' / 'package.json').write_text('{"version": "4.6.2"}')
+    bootstrap = {a.name: a for a in find_assets(node_modules=[tmp_path])}['bootstrap']
+    assert bootstrap.directory is None and 'bootstrap 4.6.2' in bootstrap.note and '5.x' in bootstrap.note
+
+
+def test_the_pinned_versions_are_the_ones_the_page_names():
+    """package.json pins each library at the version labml_app's index.html loads from its CDN."""
+    import json
+    html = (Path(__import__('labml_app').__file__).parent / 'static' / 'index.html').read_text()
+    pins = json.loads((Path(__file__).resolve().parents[2] / 'package.json').read_text())['dependencies']
+    assert f"bootstrap@{pins['bootstrap']}/" in html
+    assert f"font-awesome/{pins['@fortawesome/fontawesome-free']}/" in html
+    assert 'd3.v6' in html and pins['d3'].startswith('6.')
