@@ -2,36 +2,48 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip
+PIP := $(PY) -m pip --quiet
 STAMP := $(VENV)/.installed
+# Every Python package of the test environment at an exact version (`make lock` regenerates it), and the ones
+# installed without their declared dependencies (labml-nn: see the file)
+LOCK := requirements/test.lock
+NO_DEPS_LOCK := requirements/no-deps.lock
 
-.PHONY: test demo install clean-venv
+.PHONY: test demo install lock clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# torch==2.13.0 is a CPU build on this project's machines; setup.py's range accepts any torch >= 2.4.
-# labml-nn (the peer for the drop-in tests) is installed without its declared torchvision/torchtext/fairscale,
-# which would pull a multi-GB CUDA build of torch; its transformer modules need only torch and labml.
-# The dashboard's browser libraries: d3 v6 from the npm registry (package.json), Bootstrap and Font Awesome from
-# PyPI's xstatic packages; the page falls back to public CDNs for any that is missing.
-$(STAMP): setup.py package.json package-lock.json | $(PY)
-	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet 'torch==2.13.0' || $(PIP) install --quiet 'torch>=2.4'
-	$(PIP) install --quiet -e '.[test,dashboard]'
-	$(PIP) install --quiet --no-deps 'labml-nn==0.5.1'
-	printf 'setuptools<81\n' > $(VENV)/build-constraints.txt
-	PIP_CONSTRAINT=$(VENV)/build-constraints.txt $(PIP) install --quiet --no-deps 'xstatic-bootstrap==5.3.8.0'
+# Only wheels (--only-binary): nothing is built from an sdist. The order makes the result exactly the lock:
+# pip and setuptools first, at their locked versions; torch with its own dependencies (on machines where PyPI's
+# torch is a CUDA build they add its CUDA libraries, which torch pins itself); then every locked package with
+# no resolution at all; the project itself, built with the locked setuptools; `pip check` then fails, naming
+# it, if any package needs one the lock lacks (run `make lock`). The browser libraries of the dashboard page
+# come from package-lock.json.
+$(STAMP): setup.py $(LOCK) $(NO_DEPS_LOCK) package.json package-lock.json | $(PY)
+	@command -v npm >/dev/null || { echo "make: npm is missing; install Node.js with npm (Debian: apt-get install npm)"; exit 1; }
+	$(PIP) install --only-binary=:all: --constraint $(LOCK) pip setuptools
+	$(PIP) install --only-binary=:all: --constraint $(LOCK) torch
+	$(PIP) install --only-binary=:all: --no-deps --requirement $(LOCK)
+	$(PIP) install --no-deps --no-build-isolation --editable .
+	$(PY) -m pip check
+	$(PIP) install --only-binary=:all: --no-deps --requirement $(NO_DEPS_LOCK)
 	npm ci --no-audit --no-fund --silent
 	touch $(STAMP)
 
 install: $(STAMP)
 
+# The tests build and check our C++ kernels, which needs a C++ compiler
 test: $(STAMP)
+	@command -v $${CXX:-c++} >/dev/null || { echo "make: no C++ compiler ($${CXX:-c++}); install g++ (Debian: apt-get install g++)"; exit 1; }
 	$(PY) -m pytest -q tests
 
 demo: $(STAMP)
 	$(PY) experiments/demo.py
+
+# Resolves setup.py's ranges afresh (the newest releases) and rewrites $(LOCK); see requirements/regenerate.sh
+lock:
+	PYTHON=$(PYTHON) requirements/regenerate.sh
 
 clean-venv:
 	rm -rf $(VENV)

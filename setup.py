@@ -20,10 +20,10 @@ setuptools.setup(
     install_requires=['torch>=2.4', 'labml>=0.5.3', 'labml-helpers>=0.4.89', 'ninja'],
     extras_require={
         # labml-nn declares torchvision, torchtext and fairscale, which pull a multi-GB CUDA torch;
-        # its transformer modules need only torch and labml, so `make test` installs it with --no-deps.
+        # its transformer modules need only torch and labml, so `make test` installs it with --no-deps
+        # (requirements/no-deps.lock). `make test` pins every package at the version of requirements/test.lock.
         'test': ['pytest>=7'],
-        # xstatic-bootstrap 5 builds only with setuptools < 81 (pkg_resources): `make install` adds it with a
-        # build constraint; without it the dashboard page loads Bootstrap from its CDN.
-        'dashboard': ['labml-app>=0.5.14', 'xstatic-font-awesome>=6.2.1'],
+        # The page's d3, Bootstrap and Font Awesome come from npm (package.json), or from their CDNs without it
+        'dashboard': ['labml-app>=0.5.14'],
     },
 )
