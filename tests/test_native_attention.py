@@ -398,8 +398,10 @@ def test_disabled_kernels_leave_the_pytorch_path(monkeypatch, fresh_kernels):
     assert build.load_kernel('causal_relative_attention') is None
 
 
-def test_a_failed_build_warns_with_the_compilers_error_and_falls_back(monkeypatch, fresh_kernels):
+def test_a_failed_build_warns_with_the_compilers_error_and_falls_back(monkeypatch, fresh_kernels, tmp_path):
     from torch.utils import cpp_extension
+
+    monkeypatch.setenv('TORCH_EXTENSIONS_DIR', str(tmp_path))  # an empty cache: every kernel is compiled
 
     def failing_load(name, *args, **kwargs):
         raise RuntimeError(f"Error building extension '{name}'\n[1/2] c++ -c kernel.cpp\n"

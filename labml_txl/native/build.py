@@ -2,10 +2,9 @@ r"""
 # Kernels of our own, compiled on first use
 
 A kernel here is one C++ file beside this module, compiled by `torch.utils.cpp_extension.load` the first time it
-is needed (about half a minute) and cached in PyTorch's extension directory (`~/.cache/torch_extensions`, or
-`TORCH_EXTENSIONS_DIR`), so later processes only load it. It is compiled for the machine it runs on
-(`-march=native`); the CPU's feature flags and the versions of PyTorch and Python are part of its name, so a
-cache shared by different machines holds one build per kind of CPU rather than one that crashes on the others.
+is needed (about half a minute) for the machine it runs on (`-march=native`), and kept in a cache on disk
+(`kernel_cache.py`: keyed by the source, the flags, the CPU and the versions of PyTorch and Python; never left
+half-built or locked by a process that died), so later processes, from any checkout, only load it.
 
 Building needs a C++ compiler with OpenMP (`g++`) and `ninja` (a dependency of this package; its binary is found
 even where the environment's `bin` is not on `PATH`). Where either is missing or the build fails, `load_kernel`
@@ -14,17 +13,16 @@ Either way the callers then run the PyTorch path they had before: slower, the sa
 `LABML_TXL_NATIVE=0` skips building altogether.
 """
 import contextlib
-import hashlib
 import os
-import platform
 import shutil
-import sys
 import warnings
 from pathlib import Path
 from types import ModuleType
 from typing import Callable, Dict, Optional, Tuple
 
 import torch
+
+from . import kernel_cache
 
 # The environment variable that turns the kernels off, and the value that does it
 DISABLE_VARIABLE = 'LABML_TXL_NATIVE'
@@ -58,18 +56,6 @@ def disabled():
         yield
     finally:
         _disabled_blocks -= 1
-
-
-def _build_tag() -> str:
-    """A short hash of what a build is good for: the CPU's kind and feature flags (Linux's `/proc/cpuinfo`;
-    elsewhere the platform), PyTorch's version and Python's."""
-    try:
-        lines = Path('/proc/cpuinfo').read_text().splitlines()
-        described = '\n'.join(sorted({line for line in lines if line.startswith(('flags', 'model name'))}))
-    except OSError:
-        described = platform.platform() + platform.processor()
-    described += f'\ntorch {torch.__version__}\npython {sys.version}'
-    return hashlib.sha1(described.encode()).hexdigest()[:10]
 
 
 def _ensure_ninja_on_path() -> None:
@@ -128,20 +114,16 @@ def load_kernel(name: str, defines: Tuple[str, ...] = ()) -> Optional[ModuleType
 def _build(name: str, defines: Tuple[str, ...]) -> Optional[ModuleType]:
     from torch.utils import cpp_extension
 
-    source = Path(__file__).with_name(f'{name}.cpp')
-    variant = hashlib.sha1(' '.join(defines).encode()).hexdigest()[:6] if defines else ''
-    module_name = f'labml_txl_{name}_{_build_tag()}' + (f'_{variant}' if variant else '')
+    def compile_in(module_name: str, source: Path, folder: Path) -> ModuleType:
+        return cpp_extension.load(module_name, [str(source)], extra_cflags=cflags, extra_ldflags=ldflags,
+                                  build_directory=str(folder), verbose=False)
+
+    cflags = ['-O3', '-march=native', '-fopenmp'] + [f'-D{define}' for define in defines]
+    ldflags = ['-fopenmp', '-ldl']
     _ensure_ninja_on_path()
-    build_directory = Path(os.environ.get('TORCH_EXTENSIONS_DIR') or cpp_extension.get_default_build_root(),
-                           module_name)
-    if not (build_directory / f'{module_name}.so').exists():
-        print(f'labml_txl: compiling the {name} kernel for this machine (once, about half a minute)',
-              file=sys.stderr, flush=True)
     try:
-        build_directory.mkdir(parents=True, exist_ok=True)
-        flags = ['-O3', '-march=native', '-fopenmp'] + [f'-D{define}' for define in defines]
-        return cpp_extension.load(module_name, [str(source)], extra_cflags=flags, extra_ldflags=['-fopenmp', '-ldl'],
-                                  build_directory=str(build_directory), verbose=False)
+        return kernel_cache.cached_or_built(name, Path(__file__).with_name(f'{name}.cpp'), cflags, ldflags,
+                                            compile_in)
     except Exception as error:  # a missing compiler or ninja, a failed compile, link or import: all mean "not here"
         warnings.warn(f"labml_txl could not build its {name} kernel ({_reason(error)}); the PyTorch path runs "
                       f"instead (same results, slower). It needs a C++ compiler with OpenMP (g++) and ninja; set "

@@ -1,0 +1,156 @@
+r"""
+# The on-disk cache of compiled kernels: one build per machine, never a hang
+
+A kernel is compiled once per machine and kind of build, whichever checkout or environment asks for it:
+
+* **Keyed by what was compiled.** A build's module name is `labml_txl_{kernel}_{key}`, where the key hashes the
+  source's bytes, the compiler and linker flags (the defines of a variant among them), the CPU's kind and feature
+  flags and the versions of PyTorch and Python. Two checkouts with the same source share one build, wherever they
+  lie and whatever their files' times; a changed source or flag gets a build of its own, and a cache shared by
+  different machines holds one build per kind of CPU rather than one that crashes on the others.
+* **Complete or absent.** A build runs in a folder of its own process (`{module}.build-{pid}`), on a copy of the
+  bytes that were hashed, and only its finished library is moved into `{module}/{module}.so`, by an atomic rename.
+  A later process that finds that file imports it at once: no compiler, no ninja, no lock.
+* **Locks that die with their process.** While it builds, a process holds an advisory lock (`flock`) on
+  `{module}.lock`, which the operating system releases when the process ends in any way (SIGKILL, a closed
+  terminal, the OOM killer), so no lock outlives its builder. Whoever takes the lock next removes the unfinished
+  build folders it finds (their builders are gone) and builds again. A process that finds the lock held says
+  which process it waits for, and says so again every minute. The lock only saves duplicated work: two builds at
+  once would still each write their own folder, and the second rename would replace the first's identical file.
+
+The cache's folder is `TORCH_EXTENSIONS_DIR` where it is set, else PyTorch's (`~/.cache/torch_extensions`).
+"""
+import contextlib
+import hashlib
+import importlib.util
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Callable, Iterator, Sequence
+
+import torch
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: builds go unlocked, which the atomic rename keeps safe
+    fcntl = None
+
+# Seconds between two "still waiting" lines of a process waiting for another's build
+WAIT_REPORT_INTERVAL = 60.0
+
+
+def cache_root() -> Path:
+    """The folder that holds every build: `TORCH_EXTENSIONS_DIR`, else PyTorch's default."""
+    from torch.utils import cpp_extension
+    return Path(os.environ.get('TORCH_EXTENSIONS_DIR') or cpp_extension.get_default_build_root())
+
+
+def machine_description() -> str:
+    """What a build is good for beyond its source and flags: the CPU's kind and feature flags (Linux's
+    `/proc/cpuinfo`; elsewhere the platform), PyTorch's version and Python's."""
+    try:
+        lines = Path('/proc/cpuinfo').read_text().splitlines()
+        described = '\n'.join(sorted({line for line in lines if line.startswith(('flags', 'model name'))}))
+    except OSError:
+        described = platform.platform() + platform.processor()
+    return described + f'\ntorch {torch.__version__}\npython {sys.version}'
+
+
+def module_name(kernel: str, source: bytes, cflags: Sequence[str], ldflags: Sequence[str]) -> str:
+    """`labml_txl_{kernel}_{key}`, the key a hash of everything the build depends on (the module docstring)."""
+    described = '\0'.join([machine_description(), ' '.join(cflags), ' '.join(ldflags)]).encode() + b'\0' + source
+    return f'labml_txl_{kernel}_{hashlib.sha256(described).hexdigest()[:16]}'
+
+
+def cached_or_built(kernel: str, source: Path, cflags: Sequence[str], ldflags: Sequence[str],
+                    compile_in: Callable[[str, Path, Path], ModuleType]) -> ModuleType:
+    """
+    The module of `source` compiled with `cflags` and `ldflags`: imported from the cache when it holds the build,
+    else compiled by `compile_in(name, source_copy, build_folder)` (which returns the imported module and leaves
+    `{name}.so` in `build_folder`) and added to the cache. Raises what `compile_in` raises.
+    """
+    code = source.read_bytes()
+    name = module_name(kernel, code, cflags, ldflags)
+    root = cache_root()
+    library = root / name / f'{name}.so'
+    if library.is_file():
+        return _import(name, library)
+    root.mkdir(parents=True, exist_ok=True)
+    with _build_lock(root / f'{name}.lock', kernel):
+        if library.is_file():  # built by the process we waited for
+            return _import(name, library)
+        _remove_unfinished_builds(root, name)
+        folder = root / f'{name}.build-{os.getpid()}'
+        folder.mkdir()
+        copy = folder / source.name
+        copy.write_bytes(code)
+        print(f'labml_txl: compiling the {kernel} kernel for this machine (once, about half a minute)',
+              file=sys.stderr, flush=True)
+        try:
+            module = compile_in(name, copy, folder)
+            library.parent.mkdir(exist_ok=True)
+            os.replace(folder / f'{name}.so', library)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        return module
+
+
+def _import(name: str, library: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, library)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _remove_unfinished_builds(root: Path, name: str) -> None:
+    """Build folders left by processes that ended before finishing (the caller holds the lock, so no build of
+    `name` is running)."""
+    for folder in root.glob(f'{name}.build-*'):
+        print(f'labml_txl: removing {folder.name}, an unfinished build of a process that is gone',
+              file=sys.stderr, flush=True)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _build_lock(path: Path, kernel: str) -> Iterator[None]:
+    """Holds an exclusive `flock` on `path` (which records the holder's process id) for the block; waits for it
+    with a line on stderr when another process holds it."""
+    if fcntl is None:
+        yield
+        return
+    with open(path, 'a+') as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _wait_for(lock, path, kernel)
+        lock.truncate(0)
+        lock.write(f'{os.getpid()}\n')
+        lock.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _wait_for(lock, path: Path, kernel: str) -> None:
+    """Blocks until `lock` is ours, saying which process holds it now and every `WAIT_REPORT_INTERVAL` s."""
+    lock.seek(0)
+    holder = lock.read().strip() or 'unknown'
+    started = time.monotonic()
+    print(f'labml_txl: waiting for process {holder}, which is compiling the {kernel} kernel (lock {path}; it is '
+          f'released when that process ends)', file=sys.stderr, flush=True)
+    reported = started
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(0.2)
+        if time.monotonic() - reported >= WAIT_REPORT_INTERVAL:
+            reported = time.monotonic()
+            print(f'labml_txl: still waiting for process {holder} to finish compiling the {kernel} kernel '
+                  f'({reported - started:.0f} s)', file=sys.stderr, flush=True)
