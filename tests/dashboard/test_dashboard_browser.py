@@ -1,4 +1,5 @@
-"""The run page in headless Chromium: the run and its loss chart are in the rendered DOM.
+"""The run page in headless Chromium: the run and its loss chart are in the rendered DOM (`--dump-dom`), and the
+page renders with the browser libraries served from this machine (asked over the DevTools pipe, `devtools.py`).
 
 Needs Debian's `chromium` (`apt-get install -y chromium`). Without it the test skips, except in CI
 (`CI` set), where it fails.
@@ -12,10 +13,11 @@ import pytest
 
 pytest.importorskip('labml_app', reason="the dashboard extra is not installed: pip install -e '.[dashboard]'")
 
+from labml_txl.dashboard_app.assets import find_assets  # noqa: E402
+
+from .devtools import FLAGS as CHROMIUM_FLAGS, DevToolsPage  # noqa: E402
+
 BROWSERS = ('chromium', 'chromium-browser', 'google-chrome', 'google-chrome-stable')
-CHROMIUM_FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-                  '--disable-background-networking', '--disable-component-update', '--disable-sync',
-                  '--disable-dev-shm-usage', '--window-size=1200,900']
 
 
 @pytest.fixture(scope='module')
@@ -67,3 +69,51 @@ def test_runs_list_shows_the_run(chromium, dashboard, reported_run, tmp_path):
     item = re.search(rf'<a [^>]*href="/run/{reported_run["uuid"]}"[^>]*>(.*?)</a>', dom, re.S)
     assert item, f'no link to the run in the runs list: {dom[-3000:]}'
     assert re.search(r'<h5>\s*dash_api\s*</h5>', item.group(1)) and 'completed' in item.group(1), item.group(1)
+
+
+# What the app's own files cannot have done: each value comes from one of the three libraries
+BOOTSTRAP_STYLE = """(() => ({
+    blue: getComputedStyle(document.documentElement).getPropertyValue('--bs-blue').trim(),
+    bodyMargin: getComputedStyle(document.body).margin,
+    bodyLineHeight: getComputedStyle(document.body).lineHeight,
+    navLinkDisplay: getComputedStyle(document.querySelector('.nav-link')).display,
+}))()"""
+ICONS = """[...document.querySelectorAll('.fas')].filter(e => e.getClientRects().length).map(e => ({
+    classes: e.className, family: getComputedStyle(e).fontFamily, weight: getComputedStyle(e).fontWeight,
+    glyph: getComputedStyle(e, '::before').content, width: e.getBoundingClientRect().width}))"""
+LOADED_FONTS = "document.fonts.ready.then(() => [...document.fonts].filter(f => f.status === 'loaded')" \
+               ".map(f => `${f.family} ${f.weight}`))"
+
+
+def test_run_page_renders_with_the_local_libraries(chromium, dashboard, reported_run, tmp_path):
+    """The run page as the labml app lays it out, with everything from this machine: d3 drew the chart, Bootstrap's
+    rules apply, and the icons are Font Awesome 5's glyphs drawn with its solid font, fetched from the local route."""
+    assets = {a.name: a for a in find_assets()}
+    missing = [name for name, a in assets.items() if a.directory is None]
+    assert not missing, f'not installed (npm ci): {[assets[name].note for name in missing]}'
+
+    with DevToolsPage(chromium, tmp_path / 'profile') as page:
+        page.open(f'{dashboard.url}/run/{reported_run["uuid"]}')
+        page.wait_for("document.querySelector('path.unsmoothed-line') !== null && "
+                      "document.querySelector('.fas.fa-chevron-left') !== null")
+        fonts = page.evaluate(LOADED_FONTS)
+        icons = page.evaluate(ICONS)
+        style = page.evaluate(BOOTSTRAP_STYLE)
+        fetched = page.evaluate("performance.getEntriesByType('resource').map(e => e.name)")
+
+    local = [f'{dashboard.url}{a.url}' for a in assets.values()]
+    assert set(local) <= set(fetched), (local, fetched)
+    assert f'{dashboard.url}{assets["font-awesome"].route}/webfonts/fa-solid-900.woff2' in fetched, fetched
+    assert all(url.startswith(dashboard.url) for url in fetched), fetched
+    assert 'Font Awesome 5 Free 900' in fonts, fonts
+    # The back, share and add buttons of the run page: FA 5's class names, each a private-use glyph of its font
+    shown = {icon['classes'] for icon in icons}
+    assert {'fas fa-chevron-left', 'fas fa-share-alt', 'fas fa-plus'} <= shown, icons
+    for icon in icons:
+        assert icon['family'] == '"Font Awesome 5 Free"' and icon['weight'] == '900', icon
+        assert len(icon['glyph']) == 3 and 0xf000 <= ord(icon['glyph'][1]) <= 0xf8ff, icon
+    assert all(icon['width'] > 0 for icon in icons if icon['classes'] != 'fas fa-sync'), icons
+    # Bootstrap 5's variables and reboot (the browser's own defaults: no variable, 8px, normal, inline)
+    assert style == {'blue': '#0d6efd', 'bodyMargin': '0px', 'bodyLineHeight': style['bodyLineHeight'],
+                     'navLinkDisplay': 'block'}, style
+    assert style['bodyLineHeight'] != 'normal', style
