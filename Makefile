@@ -11,7 +11,14 @@ NO_DEPS_LOCK := requirements/no-deps.lock
 
 .PHONY: test demo install lock clean-venv
 
+# The lock's wheels were resolved for one Python minor version (its `# python:` line); another one is refused
+# before any install, naming the fixes
+LOCK_PYTHON := $(shell sed -n 's/^\# python: //p' $(LOCK))
+
 $(PY):
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != tuple(map(int, "$(LOCK_PYTHON)".split("."))))' || { \
+	  echo "make: $(LOCK) pins wheels for Python $(LOCK_PYTHON), and $(PYTHON) is $$($(PYTHON) -V 2>&1);" \
+	       "run with PYTHON=python$(LOCK_PYTHON), or resolve the lock for this Python with make lock"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 
 # Only wheels (--only-binary): nothing is built from an sdist. The order makes the result exactly the lock:

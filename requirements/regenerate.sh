@@ -19,6 +19,8 @@ pip=("$work/venv/bin/python" -m pip --quiet)
   echo "# Every package of the test environment at its exact version, for \`make test\` (installed with its"
   echo "# dependencies checked: pip resolves this file against itself and adds nothing). Made on $(date -u +%F) by"
   echo "# \`make lock\` (requirements/regenerate.sh) with $("$work/venv/bin/python" --version): do not edit by hand."
+  echo "# The Python minor version these wheels are for (the Makefile refuses another):"
+  echo "# python: $("$work/venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
   echo "# torch is pinned without its local label (+cpu), so the same line takes the CPU build where a local"
   echo "# wheel exists and PyPI's build elsewhere."
   "$work/venv/bin/python" -m pip freeze --all --exclude-editable | sed -E 's/^(torch==[^+]*)\+.*/\1/' | sort -f
