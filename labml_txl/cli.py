@@ -2,15 +2,22 @@
 # `key=value` overrides from the command line
 
 `python experiments/demo.py transformer.d_model=128 steps=200` gives labml the dictionary
-`{'transformer.d_model': 128, 'steps': 200}`. Values are read as Python literals where they parse
-(`128`, `0.5`, `True`, `[1, 2]`) and kept as strings otherwise (`SwiGLU`).
+`{'transformer.d_model': 128, 'steps': 200}`. The words `true`, `false`, `yes` and `no`, in any case, are
+booleans; other values are read as Python literals where they parse (`128`, `0.5`, `None`, `[1, 2]`) and kept as
+strings otherwise (`SwiGLU`). A `bool` config item also takes `1` and `0`, and nothing else
+(`config_validation`), so `pre_lnorm=flase` is an error, not a true value.
 """
 import ast
 import sys
 from typing import Any, Callable, Dict, List
 
+BOOLEAN_WORDS = {'true': True, 'yes': True, 'false': False, 'no': False}
+
 
 def parse_value(text: str) -> Any:
+    word = text.strip().lower()
+    if word in BOOLEAN_WORDS:
+        return BOOLEAN_WORDS[word]
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):

@@ -22,6 +22,20 @@ def closest(name: str, accepted: Iterable[str]) -> str:
     return f" Did you mean {matches[0]!r}?" if matches else ''
 
 
+def require_bool(name: str, value) -> None:
+    """Raise `TypeError` unless `value` is a bool: the string `'False'` is true, so it is never taken for one."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}={value!r} is not accepted: {name} must be a bool (True or False)")
+
+
+def require_probability(name: str, value, *, allow_one: bool = True) -> None:
+    """Raise `ValueError` unless `value` is a number in `[0, 1]` (`[0, 1)` without `allow_one`)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1 \
+            or (value == 1 and not allow_one):
+        interval = '[0, 1]' if allow_one else '[0, 1)'
+        raise ValueError(f"{name}={value!r} is not accepted: {name} must be a probability in {interval}")
+
+
 def require_positive_int(name: str, value, *, allow_zero: bool = False) -> None:
     """Raise `ValueError` unless `value` is an integer above zero (or at least zero)."""
     lowest = 0 if allow_zero else 1

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from .dropout import Dropout
-from .errors import require_positive_int
+from .errors import require_bool, require_positive_int, require_probability
 
 
 class FeedForward(nn.Module):
@@ -43,8 +43,9 @@ class FeedForward(nn.Module):
         super().__init__()
         require_positive_int('d_model', d_model)
         require_positive_int('d_ff', d_ff)
-        if not 0.0 <= dropout <= 1.0:
-            raise ValueError(f"dropout={dropout!r} is not accepted: dropout must be a probability in [0, 1]")
+        require_probability('dropout', dropout)
+        for name, value in (('is_gated', is_gated), ('bias1', bias1), ('bias2', bias2), ('bias_gate', bias_gate)):
+            require_bool(name, value)
         if activation is None:
             activation = nn.ReLU()
         if not callable(activation):

@@ -21,8 +21,8 @@ from torch.nn import functional as F
 
 from .attention_mask import check_mask, to_batch_head_mask
 from .dropout import Dropout
-from .errors import require_positive_int
-from .relative_attention import from_heads
+from .errors import require_bool, require_positive_int, require_probability
+from .relative_attention import from_heads, masked_softmax_heads
 
 
 def check_heads(heads: int, d_model: int) -> int:
@@ -56,6 +56,8 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, heads: int, d_model: int, dropout_prob: float = 0.1, bias: bool = True):
         super().__init__()
         self.d_k = check_heads(heads, d_model)
+        require_probability('dropout_prob', dropout_prob)
+        require_bool('bias', bias)
         self.heads = heads
         self.d_model = d_model
         self.query = nn.Linear(d_model, d_model, bias=bias)
@@ -101,10 +103,8 @@ class MultiHeadAttention(nn.Module):
         if need_weights or not self.use_sdpa:
             # $\frac{Q K^\top}{\sqrt{d_k}}$, `[batch, heads, seq_q, seq_k]`
             scores = torch.matmul(q, k.transpose(-2, -1)) * self.scale
-            if attn_mask is not None:
-                scores = scores.masked_fill(~attn_mask, float('-inf'))
-            # $\mathop{softmax}$ over the keys
-            weights = self.dropout(torch.softmax(scores, dim=-1))
+            # $\mathop{softmax}$ over the keys that may be attended to (a row with none gets zero weights)
+            weights = self.dropout(masked_softmax_heads(scores, None if attn_mask is None else ~attn_mask))
             # $\cdot V$
             x = torch.matmul(weights, v)
         else:

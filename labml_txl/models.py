@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from .dropout import Dropout
-from .errors import require_positive_int
+from .errors import require_bool, require_positive_int, require_probability
 from .positional_encoding import get_positional_encoding
 
 
@@ -102,6 +102,8 @@ class TransformerLayer(nn.Module):
                  layer_norm_eps: float = 1e-5):
         super().__init__()
         require_positive_int('d_model', d_model)
+        require_probability('dropout_prob', dropout_prob)
+        require_bool('norm_first', norm_first)
         self.size = d_model
         self.self_attn = self_attn
         self.src_attn = src_attn
@@ -153,6 +155,7 @@ class Encoder(nn.Module):
 
     def __init__(self, layer: TransformerLayer, n_layers: int, final_norm: bool = True, layer_norm_eps: float = 1e-5):
         super().__init__()
+        require_bool('final_norm', final_norm)
         self.layers = _clone_layers(layer, n_layers)
         self.norm = nn.LayerNorm([layer.size], eps=layer_norm_eps) if final_norm else nn.Identity()
 
@@ -182,6 +185,7 @@ class Decoder(nn.Module):
         super().__init__()
         if layer.src_attn is None:
             raise ValueError("a Decoder needs decoder layers: the layer given has src_attn=None")
+        require_bool('final_norm', final_norm)
         self.layers = _clone_layers(layer, n_layers)
         self.norm = nn.LayerNorm([layer.size], eps=layer_norm_eps) if final_norm else nn.Identity()
 

@@ -1,4 +1,6 @@
 """TransformerConfigs: laziness, labml_nn's keys and overrides, and errors for bad overrides."""
+import re
+
 import pytest
 import torch
 from labml.configs import BaseConfigs
@@ -161,3 +163,54 @@ def test_learned_positions_accept_odd_d_model(labml_experiment):
     labml_experiment.configs(conf, {'transformer.d_model': 15, 'transformer.n_heads': 3, 'transformer.n_src_vocab': 5,
                                     'transformer.src_embed': 'learned_pos'})
     assert conf.transformer.src_embed(torch.zeros(2, 1, dtype=torch.long)).shape == (2, 1, 15)
+
+
+# -- values of the wrong type --
+
+def test_a_string_for_a_bool_item_is_refused_in_a_nested_override(labml_experiment):
+    conf = AutoregressiveConfigs()
+    labml_experiment.configs(conf, {'transformer.norm_first': 'no', 'transformer.n_src_vocab': 11})
+    with pytest.raises(TypeError, match=r"norm_first='no' is not accepted: TransformerConfigs\.norm_first takes a "
+                                        r"bool: True or False"):
+        _ = conf.transformer
+
+
+@pytest.mark.parametrize('value, expected', [(False, False), (True, True), (0, False), (1, True)])
+def test_a_bool_item_takes_bools_and_one_and_zero(labml_experiment, value, expected):
+    conf = AutoregressiveConfigs()
+    labml_experiment.configs(conf, {'transformer.norm_first': value, 'transformer.n_src_vocab': 11,
+                                    'transformer.d_model': 8, 'transformer.n_heads': 2, 'transformer.ffn.d_ff': 8})
+    assert conf.transformer.norm_first is expected
+    assert conf.transformer.encoder_layer.norm_first is expected
+
+
+@pytest.mark.parametrize('key, value, accepted', [('d_model', 'abc', 'an integer'), ('d_model', 2.5, 'an integer'),
+                                                  ('n_layers', True, 'an integer'), ('dropout', 'x', 'a number'),
+                                                  ('norm_first', 2, 'a bool'), ('norm_first', 'True', 'a bool')])
+def test_values_of_the_wrong_type_name_the_item_and_its_type(key, value, accepted):
+    conf = TransformerConfigs()
+    with pytest.raises(TypeError, match=rf"{key}={re.escape(repr(value))} is not accepted: "
+                                        rf"TransformerConfigs\.{key} takes {accepted}"):
+        conf._set_values({key: value})
+
+
+def test_numbers_are_converted_to_the_items_type():
+    import numpy as np
+    conf = TransformerConfigs()
+    conf._set_values({'d_model': np.int64(16), 'dropout': 0})
+    assert conf.d_model == 16 and type(conf.d_model) is int and conf.dropout == 0.0 and type(conf.dropout) is float
+
+
+def test_module_constructors_take_only_bools_and_probabilities():
+    from labml_txl.feed_forward import FeedForward
+    from labml_txl.models import Encoder, TransformerLayer
+    with pytest.raises(TypeError, match=r"is_gated='False' is not accepted: is_gated must be a bool"):
+        FeedForward(8, 16, is_gated='False')
+    layer = TransformerLayer(d_model=8, self_attn=nn.Identity(), feed_forward=nn.Identity(), dropout_prob=0.1)
+    with pytest.raises(TypeError, match=r"norm_first='no' is not accepted"):
+        TransformerLayer(d_model=8, self_attn=nn.Identity(), feed_forward=nn.Identity(), dropout_prob=0.1,
+                         norm_first='no')
+    with pytest.raises(ValueError, match=r"dropout_prob=1\.5 is not accepted: dropout_prob must be a probability"):
+        TransformerLayer(d_model=8, self_attn=nn.Identity(), feed_forward=nn.Identity(), dropout_prob=1.5)
+    with pytest.raises(TypeError, match=r"final_norm='True' is not accepted"):
+        Encoder(layer, 2, final_norm='True')

@@ -78,3 +78,30 @@ def test_mask_of_the_wrong_dtype_is_rejected():
     x = torch.randn(5, 3, 8)
     with pytest.raises(TypeError, match='must be torch.bool'):
         mha(query=x, key=x, value=x, mask=torch.ones(5, 5, 1))
+
+
+def test_a_fully_masked_row_attends_to_nothing_on_both_paths():
+    """A query with no key it may attend to gets all-zero weights (not NaN) with `need_weights=True`, as the fused
+    path already gave: its output is the output projection's bias alone, on both paths."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(heads=2, d_model=8, dropout_prob=0.0).eval()
+    x = torch.randn(4, 3, 8)
+    mask = subsequent_mask(4).expand(4, 4, 3).clone()
+    mask[2, :, 1] = False
+    out, weights = mha(query=x, key=x, value=x, mask=mask, need_weights=True)
+    fused = mha(query=x, key=x, value=x, mask=mask)
+    assert not torch.isnan(weights).any() and not torch.isnan(out).any()
+    assert torch.equal(weights[2, :, 1], torch.zeros(4, 2))
+    torch.testing.assert_close(out[2, 1], mha.output.bias)
+    torch.testing.assert_close(out, fused)
+    # every other row is still a distribution over its allowed keys
+    sums = weights.sum(dim=1)
+    sums[2, 1] = 1
+    torch.testing.assert_close(sums, torch.ones(4, 3, 2))
+
+
+@pytest.mark.parametrize('argument, value', [('dropout_prob', 1.5), ('dropout_prob', -0.1), ('bias', 'False')])
+def test_constructor_arguments_are_checked(argument, value):
+    error = TypeError if argument == 'bias' else ValueError
+    with pytest.raises(error, match=rf"{argument}={value!r} is not accepted"):
+        MultiHeadAttention(heads=2, d_model=8, **{argument: value})

@@ -30,11 +30,10 @@ from torch.nn import functional as F
 
 from .. import native
 from ..dropout import Dropout
-from ..errors import require_positive_int
+from ..errors import require_positive_int, require_probability
 from ..prepacked_linear import inference_linear
 from ..relative_attention import (CausalPositionBias, from_heads, heads_mask, masked_softmax, masked_softmax_heads,
                                   relative_attention_sdpa)
-from .checks import check_probability
 
 
 def join_kv(kv_memory: Optional[torch.Tensor], kv_segment: torch.Tensor) -> torch.Tensor:
@@ -60,8 +59,8 @@ class XLAttentionBase(nn.Module):
         require_positive_int('n_head', n_head)
         require_positive_int('d_model', d_model)
         require_positive_int('d_head', d_head)
-        check_probability('dropout', dropout)
-        check_probability('dropatt', dropatt)
+        require_probability('dropout', dropout, allow_one=False)
+        require_probability('dropatt', dropatt, allow_one=False)
         self.n_head = n_head
         self.d_model = d_model
         self.d_head = d_head

@@ -46,11 +46,13 @@ def cluster_embedding_sizes(d_embed: int, div_val: int, n_clusters: int) -> list
 
 
 def check_tokens(name: str, tokens: torch.Tensor, n_token: int) -> None:
-    """`TypeError` / `ValueError` / `IndexError` unless `tokens` is a 2-D integer tensor of ids in `[0, n_token)`."""
+    """`TypeError` / `ValueError` / `IndexError` unless `tokens` is a 2-D tensor of ids in `[0, n_token)`, of dtype
+    `torch.long` or `torch.int32` (what an embedding takes: uint8 and bool ids are refused, not read as indices)."""
     if not isinstance(tokens, torch.Tensor):
         raise TypeError(f"{name} must be a LongTensor [seq_len, batch] of token ids, got {type(tokens).__name__}")
-    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
-        raise TypeError(f"{name} has dtype {tokens.dtype}; token ids must be an integer tensor (torch.long)")
+    if tokens.dtype not in (torch.long, torch.int32):
+        raise TypeError(f"{name} has dtype {tokens.dtype}; token ids must be an integer tensor of dtype torch.long "
+                        f"(or torch.int32): use {name}.long()")
     if tokens.dim() != 2 or tokens.shape[0] == 0 or tokens.shape[1] == 0:
         raise ValueError(f"{name} of shape {list(tokens.shape)} is not accepted: expected a non-empty "
                          f"[seq_len, batch] tensor of token ids")
@@ -72,9 +74,3 @@ def check_lengths(tgt_len, ext_len, mem_len, *, allow_none_tgt: bool = False) ->
         require_positive_int('tgt_len', tgt_len)
     require_positive_int('ext_len', ext_len, allow_zero=True)
     require_positive_int('mem_len', mem_len, allow_zero=True)
-
-
-def check_probability(name: str, value) -> None:
-    """`ValueError` unless `0 <= value < 1`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise ValueError(f"{name}={value!r} is not accepted: {name} must be a probability in [0, 1)")

@@ -54,11 +54,11 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..dropout import Dropout
-from ..errors import require_positive_int
+from ..errors import require_bool, require_positive_int, require_probability
 from ..relative_attention import CausalPositionBias, decoder_window_mask, relative_distances
 from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
-from .checks import check_cutoffs, check_lengths, check_probability, check_tokens
+from .checks import check_cutoffs, check_lengths, check_tokens
 from .init import check_init, init_weights
 from .kv_memo import KeyValueMemo
 from .layers import DecoderLayer, RelLearnableDecoderLayer, RelPartialLearnableDecoderLayer
@@ -138,8 +138,12 @@ class MemTransformerLM(nn.Module):
         for name, value in (('n_token', n_token), ('n_layer', n_layer), ('n_head', n_head),
                             ('d_model', d_model), ('d_head', d_head), ('d_inner', d_inner)):
             require_positive_int(name, value)
-        check_probability('dropout', dropout)
-        check_probability('dropatt', dropatt)
+        require_probability('dropout', dropout, allow_one=False)
+        require_probability('dropatt', dropatt, allow_one=False)
+        for name, value in (('tie_weight', tie_weight), ('pre_lnorm', pre_lnorm), ('adapt_inp', adapt_inp),
+                            ('same_length', same_length), ('untie_r', untie_r),
+                            ('round_scores_to_float32', round_scores_to_float32)):
+            require_bool(name, value)
         if attn_type not in ATTN_TYPES:
             raise ValueError(f"attn_type={attn_type!r} is not accepted: 0 (relative, the paper's), "
                              f"1 (learned relative), 2 (absolute sinusoidal) or 3 (learned absolute)")
@@ -155,6 +159,8 @@ class MemTransformerLM(nn.Module):
         require_positive_int('div_val', div_val)
         cutoffs = check_cutoffs(cutoffs, n_token)
         tie_projs = list(tie_projs) if tie_projs is not None else [False]
+        for i, tied in enumerate(tie_projs):
+            require_bool(f'tie_projs[{i}]', tied)
         if len(tie_projs) != len(cutoffs) + 1 and tie_projs != [False]:
             raise ValueError(f"tie_projs={tie_projs!r} is not accepted: expected one boolean per cluster, "
                              f"len(cutoffs) + 1 = {len(cutoffs) + 1} of them for cutoffs={cutoffs} "
@@ -339,9 +345,14 @@ class MemTransformerLM(nn.Module):
                              f"tensors [mlen, bsz, d_model] (the input of every layer and the last output), "
                              f"as returned by the previous segment, or none")
         mlen = None
+        weight = self.word_emb.emb_layers[0].weight
         for i, m in enumerate(mems):
             if not isinstance(m, torch.Tensor):
                 raise TypeError(f"mems[{i}] must be a tensor [mlen, bsz, d_model], got {type(m).__name__}")
+            if m.dtype != weight.dtype or m.device != weight.device:
+                raise TypeError(f"mems[{i}] is a {m.dtype} tensor on {m.device}, but the model's parameters are "
+                                f"{weight.dtype} on {weight.device}: memories are hidden states of this model "
+                                f"(as it returns them), so they must be {weight.dtype} on {weight.device}")
             if m.dim() == 1 and m.numel() == 0:
                 m_len = 0
             elif m.dim() != 3 or m.shape[2] != self.d_model:
@@ -509,9 +520,11 @@ class MemTransformerLM(nn.Module):
         mems = self._check_inputs(data, mems)
         check_tokens('target', target, self.n_token)
         if target.shape[1] != data.shape[1] or target.shape[0] > data.shape[0]:
+            transposed = target.shape[0] == data.shape[1] and target.shape[1] <= data.shape[0]
+            hint = (' It looks transposed: both are [seq_len, batch], not [batch, seq_len].' if transposed else '')
             raise ValueError(f"target of shape {list(target.shape)} is not accepted with data of shape "
                              f"{list(data.shape)}: expected [tgt_len, {data.shape[1]}] with "
-                             f"1 <= tgt_len <= {data.shape[0]} (the last tgt_len inputs are scored)")
+                             f"1 <= tgt_len <= {data.shape[0]} (the last tgt_len inputs are scored).{hint}")
         tgt_len = target.shape[0]
         hidden, new_mems = self._forward(data, mems)
         pred_hid = hidden[-tgt_len:]

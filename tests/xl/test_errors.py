@@ -141,3 +141,45 @@ def test_div_val_too_large_for_d_embed():
         MemTransformerLM(n_token=60, n_layer=1, n_head=2, d_model=16, d_head=8, d_inner=32, dropout=0.0,
                          dropatt=0.0, d_embed=8, div_val=4, cutoffs=[20, 40], tie_projs=[False, False, False],
                          tgt_len=4, mem_len=4)
+
+
+@pytest.mark.parametrize('dtype', [torch.uint8, torch.bool, torch.int16])
+def test_token_ids_of_another_integer_dtype_are_refused_not_read_as_indices(dtype):
+    model = small_model()
+    data = torch.randint(0, 2, (5, 2))
+    with raises(TypeError, f'data has dtype {dtype}', 'torch.long', 'data.long()'):
+        model(data.to(dtype), data)
+    with raises(TypeError, f'target has dtype {dtype}'):
+        model(data, data.to(dtype))
+    # int32, which an embedding takes, is accepted and scores as int64 does
+    torch.testing.assert_close(model.eval()(data.int(), data.int())[0], model(data, data)[0])
+
+
+def test_memories_of_another_dtype_are_named():
+    model = small_model().float()
+    data = torch.randint(0, 40, (5, 2))
+    _, *mems = model(data, data)
+    with raises(TypeError, 'mems[0] is a torch.float64 tensor', 'parameters are torch.float32'):
+        model(data, data, *[m.double() for m in mems])
+
+
+def test_a_transposed_target_is_named_as_such():
+    model = small_model()
+    data = torch.randint(0, 40, (5, 3))
+    with raises(ValueError, 'target of shape [3, 5]', 'looks transposed', '[seq_len, batch]'):
+        model(data, data.t())
+    with raises(ValueError, 'target of shape [5, 2]') as error:
+        model(data, data[:, :2])
+    assert 'transposed' not in str(error.value)
+
+
+@pytest.mark.parametrize('argument', ['pre_lnorm', 'same_length', 'tie_weight', 'adapt_inp', 'untie_r'])
+@pytest.mark.parametrize('value', ['False', 'no', 0, None])
+def test_boolean_arguments_take_only_bools(argument, value):
+    with raises(TypeError, f'{argument}={value!r} is not accepted', 'must be a bool'):
+        MemTransformerLM(**small_config(**{argument: value}))
+
+
+def test_tie_projs_takes_only_bools():
+    with raises(TypeError, "tie_projs[1]='True' is not accepted"):
+        MemTransformerLM(**small_config(cutoffs=[10], tie_projs=[False, 'True']))
