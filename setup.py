@@ -17,7 +17,7 @@ setuptools.setup(
     python_requires='>=3.9',
     # torch 2.13.0 satisfies this range, so a machine that has it installs no other build. ninja builds the C++
     # kernels (with the machine's C++ compiler); without either, PyTorch's paths run instead.
-    install_requires=['torch>=2.4', 'labml>=0.5.3', 'labml-helpers>=0.4.89', 'ninja'],
+    install_requires=['torch>=2.4', 'labml>=0.5.3', 'labml-helpers>=0.4.89', 'ninja', 'safetensors>=0.4'],
     extras_require={
         # labml-nn declares torchvision, torchtext and fairscale, which pull a multi-GB CUDA torch;
         # its transformer modules need only torch and labml, so `make test` installs it with --no-deps

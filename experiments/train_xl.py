@@ -13,7 +13,9 @@ it had never stopped (further key=value pairs change that run's configs, e.g. a 
 Distributed data-parallel: `torchrun --nproc_per_node 2 experiments/train_xl.py [key=value ...]` (gloo on the
 CPU, NCCL on CUDA); each process trains on its share of every batch's columns.
 """
+import contextlib
 import sys
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -23,22 +25,32 @@ from labml.internal.experiment import experiment_singleton
 from labml_txl.cli import parse_overrides, run_script
 from labml_txl.train.configs import TrainXLConfigs, device_of_name
 from labml_txl.train.distributed import run_in_environment
-from labml_txl.train.runs import (clear_stale_pid, find_run, latest_checkpoint_of_run, load_overrides,
-                                  save_overrides)
+from labml_txl.train.interruption import TrainingInterrupted
+from labml_txl.train.runs import (check_run_uuid, find_run, latest_checkpoint_of_run, load_overrides, lock_run,
+                                  remove_labml_pid, save_overrides, use_working_directory_project)
 from labml_txl.train.trainer import Trainer, quality
 
 
 def train(overrides: Dict[str, Any], resume: Optional[str] = None, name: str = 'train_xl',
           writers=None) -> Trainer:
-    """Train (or resume run `resume`) with `overrides`; returns the trainer after the run.
-    Under `torchrun`, every process calls this; rank 0 writes the checkpoints and reports to labml, and every
-    process leaves the process group when its run ends."""
+    """
+    Train (or resume run `resume`) with `overrides`; returns the trainer after the run.
+
+    Nothing is written before the configs are checked: their types and values, the model built, and on a resume
+    the checkpoint's tensors against the model's shapes; a failed resume leaves the run as it was. A run is trained
+    by one process at a time (`runs.lock_run`). On SIGINT or SIGTERM it saves the step it is at and raises
+    `TrainingInterrupted`, which says how to resume. Under `torchrun`, every process calls this; rank 0 writes the
+    checkpoints and reports to labml, and every process leaves the process group when its run ends.
+    """
+    use_working_directory_project()
+    run_path = None
     if resume is not None:
+        resume = check_run_uuid(resume)
         run_path = find_run(resume)
         overrides = {**load_overrides(run_path), **overrides}
         name = run_path.parent.name
     device = device_of_name(overrides.get('device', 'auto'))
-    with run_in_environment(device) as distributed:
+    with run_in_environment(device) as distributed, contextlib.ExitStack() as held:
         if distributed is None:
             run_uuid, labml_rank = resume, {}
         else:
@@ -49,9 +61,12 @@ def train(overrides: Dict[str, Any], resume: Optional[str] = None, name: str = '
                 device = torch.device('cuda', distributed.local_rank)
             if not distributed.is_main:
                 writers = set()
+        is_main = distributed is None or distributed.is_main
         if resume is not None:
+            if is_main:
+                held.enter_context(lock_run(run_path, resume))
             rank_folder = run_path.name if distributed is None else f'{resume}.{distributed.rank}'
-            clear_stale_pid(run_path.parent / rank_folder)
+            remove_labml_pid(run_path.parent / rank_folder)
         conf = TrainXLConfigs()
         experiment.create(name=name, uuid=run_uuid, writers=writers, **labml_rank)
         experiment.configs(conf, overrides)
@@ -59,26 +74,41 @@ def train(overrides: Dict[str, Any], resume: Optional[str] = None, name: str = '
         # Rank 0's folder holds the overrides and the checkpoints
         main_path = run.run_path if distributed is None else run.experiment_path / f'{run.uuid}.0'
         checkpoint_dir = main_path / 'checkpoints'
-        if distributed is None or distributed.is_main:
-            save_overrides(main_path, overrides)
         trainer = Trainer(conf, checkpoint_dir=checkpoint_dir, distributed=distributed, device=device)
         if resume is not None:
             step, state = latest_checkpoint_of_run(checkpoint_dir, resume)
             trainer.load_state_dict(state, source=str(checkpoint_dir / str(step)))
             logger.log(f'Resuming run {resume} from step {step}')
+        if is_main:
+            if resume is None:
+                held.enter_context(lock_run(main_path, run.uuid))
+            save_overrides(main_path, overrides)
         with experiment.start(global_step=trainer.step):
-            valid = trainer.run()
+            try:
+                valid = trainer.run()
+            except TrainingInterrupted as stopped:
+                stopped.resume_command = f'python {_this_script()} resume={run.uuid}'
+                experiment_singleton().finish('interrupted', str(stopped))
+                raise
     if valid is not None:
         measure = ', '.join(f'{k} {v:.3f}' for k, v in quality(valid, conf.corpus.level).items())
         logger.log(f'Validation after {trainer.step} steps: loss {valid:.4f}, {measure}')
     return trainer
 
 
+def _this_script() -> str:
+    """This file's path, relative to the working directory where it lies below it."""
+    path = Path(__file__).resolve()
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+
+
 def main(argv: List[str]) -> int:
     def action(args: List[str]):
         overrides = parse_overrides(args)
-        resume = overrides.pop('resume', None)
-        train(overrides, resume=None if resume is None else str(resume))
+        use_working_directory_project()
+        # `resume=None` or `resume=` is a mistake, not a new run
+        resume = check_run_uuid(overrides.pop('resume')) if 'resume' in overrides else None
+        train(overrides, resume=resume)
 
     return run_script(action, argv, __doc__)
 

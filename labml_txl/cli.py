@@ -38,16 +38,28 @@ def parse_overrides(argv: List[str]) -> Dict[str, Any]:
 
 def run_script(action: Callable[[List[str]], Any], argv: List[str], usage: str, needs_argument: bool = False) -> int:
     """
-    Run `action(argv)` for an experiment script: `--help` prints `usage`; a user error (unknown key or option,
-    missing run or file, bad value, unreadable checkpoint) prints `error: ...` and exits 2 instead of a traceback.
+    Run `action(argv)` for an experiment script: `--help` prints `usage`; a user error (unknown key or option, a
+    value of the wrong type, missing run or file, bad value, unreadable checkpoint, a run another process trains)
+    prints `error: ...` and exits 2 instead of a traceback. A training stopped by SIGINT or SIGTERM prints how to
+    resume and exits 128 + the signal's number; a Ctrl-C elsewhere exits 130 with one line.
     """
+    from .config_validation import ConfigTypeError
     from .train.checkpoint import CheckpointError
+    from .train.interruption import TrainingInterrupted
+    from .train.runs import RunInUseError
     if any(a in ('-h', '--help') for a in argv) or (needs_argument and not argv):
         print(usage)
         return 2 if not argv and needs_argument else 0
     try:
         action(argv)
-    except (LookupError, ValueError, OSError, CheckpointError) as error:
+    except TrainingInterrupted as stopped:
+        # On a line of its own, after the progress line labml's screen leaves open
+        print(f'\n{stopped}', file=sys.stderr)
+        return stopped.exit_code
+    except KeyboardInterrupt:
+        print('\nInterrupted (Ctrl-C)', file=sys.stderr)
+        return 130
+    except (LookupError, ValueError, OSError, CheckpointError, ConfigTypeError, RunInUseError) as error:
         print(f'error: {error}', file=sys.stderr)
         return 2
     return 0

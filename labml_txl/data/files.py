@@ -52,8 +52,12 @@ def find_file(directory: PathLike, candidates: Sequence[str], what: str) -> Path
 
 
 def require_file(path: PathLike, what: str) -> Path:
-    """`path` as a `Path`, or `MissingDataFileError` if it is not a file; `EmptyDataFileError` if it is empty."""
+    """`path` as a `Path`; `MissingDataFileError` if it does not exist, `DataFileFormatError` if it is a folder,
+    `EmptyDataFileError` if it is empty."""
     path = Path(path)
+    if path.is_dir():
+        raise DataFileFormatError(f"{what} {path} is a folder, not a file: give the path of the file itself"
+                                  f"{folder_listing(path)}")
     if not path.is_file():
         raise MissingDataFileError(f"{what} not found: expected the file {path}{folder_listing(path.parent)}")
     if path.stat().st_size == 0:

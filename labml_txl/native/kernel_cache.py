@@ -11,12 +11,13 @@ A kernel is compiled once per machine and kind of build, whichever checkout or e
 * **Complete or absent.** A build runs in a folder of its own process (`{module}.build-{pid}`), on a copy of the
   bytes that were hashed, and only its finished library is moved into `{module}/{module}.so`, by an atomic rename.
   A later process that finds that file imports it at once: no compiler, no ninja, no lock.
-* **Locks that die with their process.** While it builds, a process holds an advisory lock (`flock`) on
-  `{module}.lock`, which the operating system releases when the process ends in any way (SIGKILL, a closed
-  terminal, the OOM killer), so no lock outlives its builder. Whoever takes the lock next removes the unfinished
-  build folders it finds (their builders are gone) and builds again. A process that finds the lock held says
-  which process it waits for, and says so again every minute. The lock only saves duplicated work: two builds at
-  once would still each write their own folder, and the second rename would replace the first's identical file.
+* **Locks that die with their process.** While it builds, a process holds the lock `{module}.lock`
+  (`labml_txl.file_lock`: an `flock`, released by the operating system when the process ends in any way), so no
+  lock outlives its builder. Whoever takes the lock next removes the unfinished build folders it finds (their
+  builders are gone) and builds again. A process that finds the lock held says which process it waits for, and
+  says so again every minute. The lock only saves duplicated work (where it
+  guards nothing, off POSIX, two builds at once each write their own folder, and the second rename replaces the
+  first's identical file).
 
 The cache's folder is `TORCH_EXTENSIONS_DIR` where it is set, else PyTorch's (`~/.cache/torch_extensions`).
 """
@@ -34,10 +35,7 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-try:
-    import fcntl
-except ImportError:  # not POSIX: builds go unlocked, which the atomic rename keeps safe
-    fcntl = None
+from ..file_lock import FileLock
 
 # Seconds between two "still waiting" lines of a process waiting for another's build
 WAIT_REPORT_INTERVAL = 60.0
@@ -117,40 +115,18 @@ def _remove_unfinished_builds(root: Path, name: str) -> None:
 
 @contextlib.contextmanager
 def _build_lock(path: Path, kernel: str) -> Iterator[None]:
-    """Holds an exclusive `flock` on `path` (which records the holder's process id) for the block; waits for it
-    with a line on stderr when another process holds it."""
-    if fcntl is None:
+    """Holds the lock `path` for the block; waits for it with a line on stderr when another process holds it, and
+    says so again every `WAIT_REPORT_INTERVAL` seconds."""
+    with FileLock(path) as lock:
+        if not lock.acquire():
+            holder = lock.holder() or 'unknown'
+            started = reported = time.monotonic()
+            print(f'labml_txl: waiting for process {holder}, which is compiling the {kernel} kernel (lock {path}; '
+                  f'it is released when that process ends)', file=sys.stderr, flush=True)
+            while not lock.acquire():
+                time.sleep(0.2)
+                if time.monotonic() - reported >= WAIT_REPORT_INTERVAL:
+                    reported = time.monotonic()
+                    print(f'labml_txl: still waiting for process {holder} to finish compiling the {kernel} '
+                          f'kernel ({reported - started:.0f} s)', file=sys.stderr, flush=True)
         yield
-        return
-    with open(path, 'a+') as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            _wait_for(lock, path, kernel)
-        lock.truncate(0)
-        lock.write(f'{os.getpid()}\n')
-        lock.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _wait_for(lock, path: Path, kernel: str) -> None:
-    """Blocks until `lock` is ours, saying which process holds it now and every `WAIT_REPORT_INTERVAL` s."""
-    lock.seek(0)
-    holder = lock.read().strip() or 'unknown'
-    started = time.monotonic()
-    print(f'labml_txl: waiting for process {holder}, which is compiling the {kernel} kernel (lock {path}; it is '
-          f'released when that process ends)', file=sys.stderr, flush=True)
-    reported = started
-    while True:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            time.sleep(0.2)
-        if time.monotonic() - reported >= WAIT_REPORT_INTERVAL:
-            reported = time.monotonic()
-            print(f'labml_txl: still waiting for process {holder} to finish compiling the {kernel} kernel '
-                  f'({reported - started:.0f} s)', file=sys.stderr, flush=True)

@@ -13,7 +13,7 @@ from labml.configs import aggregate, option
 
 from ..configs import TransformerXLConfigs
 from ..data import Corpus, get_corpus
-from ..errors import closest, describe_choices
+from ..errors import closest, describe_choices, require_positive_int
 from .schedules import SCHEDULES, make_scheduler
 
 PRECISIONS = ('float32', 'bf16', 'fp16')
@@ -128,6 +128,8 @@ for _name in SCHEDULES:
 
 def check_training_configs(c: TrainXLConfigs) -> None:
     """Raise `ValueError` for choices that labml's options do not check, or that are only wrong together."""
+    for name in ('checkpoint_interval', 'warmup_step', 'batch_size', 'batch_chunk'):
+        require_positive_int(name, getattr(c, name), allow_zero=name in ('checkpoint_interval', 'warmup_step'))
     if c.precision not in PRECISIONS:
         raise ValueError(f"precision={c.precision!r} is not accepted.{closest(c.precision, PRECISIONS)} "
                          f"Accepted: {describe_choices(PRECISIONS)}")
@@ -144,6 +146,28 @@ def check_training_configs(c: TrainXLConfigs) -> None:
                          f"tgt_len - eval_tgt_len, so eval_tgt_len must be at most {c.tgt_len + c.ext_len}")
     if c.max_step < 1:
         raise ValueError(f"max_step={c.max_step} is not accepted: train for at least one step")
+    if c.eval_interval < 1:
+        raise ValueError(f"eval_interval={c.eval_interval} is not accepted: validation runs every eval_interval "
+                         f"steps (and after the last), so it must be at least 1 (a large value validates rarely)")
+    if c.max_eval_steps < -1:
+        raise ValueError(f"max_eval_steps={c.max_eval_steps} is not accepted: the number of validation segments, "
+                         f"or -1 (or 0) for the whole split")
+    if c.time_limit < 0:
+        raise ValueError(f"time_limit={c.time_limit} is not accepted: seconds of training, or 0 for no limit")
+
+
+def check_splits_fit(corpus: Corpus, batch_size: int) -> None:
+    """A `ValueError` before training unless the validation and test splits each give a batch: evaluation cuts a
+    split into `batch_size` columns of at least two tokens (an input and its target)."""
+    if not corpus.ordered:
+        return
+    for split in ('valid', 'test'):
+        tokens = getattr(corpus, split).numel()
+        if tokens < 2 * batch_size:
+            raise ValueError(f"the {split} split of {corpus.name} has {tokens} tokens, too few for "
+                             f"batch_size={batch_size}: evaluation cuts it into batch_size columns of at least 2 "
+                             f"tokens (an input and its target), so it needs at least {2 * batch_size}; use a "
+                             f"batch_size of at most {tokens // 2} or a corpus with a larger {split} split")
 
 
 def device_of_name(name: str) -> torch.device:

@@ -55,6 +55,12 @@ class DistributedContext:
         dist.all_reduce(t)
         return t.tolist()
 
+    def max(self, value: int) -> int:
+        """The largest of the ranks' `value`s."""
+        t = torch.tensor([value], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return int(t.item())
+
     def close(self, completed: bool = True) -> None:
         """Leave the process group this context joined; after a `completed` run, first wait for every rank.
 

@@ -1,19 +1,24 @@
 """
 # Runs: where a training run keeps its overrides and checkpoints, and how to find it again
 
-A run is a labml run folder (`logs/<experiment name>/<run uuid>/`). Beside labml's own files it holds
-`overrides.json` (the overrides it was started with, so a resume rebuilds the same configs) and `checkpoints/`.
+A run is a labml run folder (`logs/<experiment name>/<run uuid>/`) of the labml project of the working directory
+(the nearest `.labml.yaml` above it, else the working directory itself). Beside labml's own files it holds
+`overrides.json` (the overrides it was started with, so a resume rebuilds the same configs), `checkpoints/`, and
+while a process trains it, that process's lock `train.lock` (`labml_txl.file_lock`): one writer per run.
 """
 import json
-import os
 from pathlib import Path
 from typing import Any, Dict
 
 from labml import experiment, lab
 
+from ..file_lock import FileLock
 from .checkpoint import CheckpointError, load_latest_checkpoint, load_model_state
 
 OVERRIDES_FILE = 'overrides.json'
+LOCK_FILE = 'train.lock'
+# labml's project file
+PROJECT_FILE = '.labml.yaml'
 
 
 class RunNotFoundError(LookupError):
@@ -21,6 +26,56 @@ class RunNotFoundError(LookupError):
 
     def __str__(self):
         return str(self.args[0])
+
+
+class RunInUseError(RuntimeError):
+    """Another process is training the run."""
+
+
+def use_working_directory_project() -> None:
+    """
+    Runs are created and found in the labml project of the working directory: the nearest folder above it with a
+    `.labml.yaml` (whose settings apply), else the working directory itself. labml would otherwise take the project
+    of the file that called it, which for a user's script elsewhere is this package's, or none where it is
+    installed. A program that chose labml's project itself (`lab.configure({'path': ...})`) keeps its choice, and
+    the first call in a process decides.
+    """
+    from labml.internal import util
+    from labml.internal.lab import lab_singleton
+    lab_ = lab_singleton()
+    if any('path' in configs for configs in lab_.custom_configs):
+        return
+    cwd = Path.cwd()
+    root = next((folder for folder in (cwd, *cwd.parents) if (folder / PROJECT_FILE).is_file()), cwd)
+    settings = util.yaml_load((root / PROJECT_FILE).read_text()) if (root / PROJECT_FILE).is_file() else None
+    lab_.set_configurations({**(settings or {}), 'path': str(root)})
+
+
+def check_run_uuid(run_uuid: Any) -> str:
+    """`run_uuid` as a string, or a `ValueError` unless it is a non-empty UUID (not `None`, not `''`)."""
+    if isinstance(run_uuid, int) and not isinstance(run_uuid, bool):
+        run_uuid = str(run_uuid)
+    if not isinstance(run_uuid, str) or not run_uuid.strip():
+        experiments = Path(lab.get_experiments_path())
+        raise ValueError(f"resume={run_uuid!r} is not accepted: give the UUID of the run to continue, "
+                         f"as its folder under {experiments} is named{_known_runs(experiments)}")
+    return run_uuid.strip()
+
+
+def _known_runs(experiments: Path) -> str:
+    known = sorted(p.name for e in experiments.iterdir() if e.is_dir() for p in e.iterdir() if p.is_dir()) \
+        if experiments.is_dir() else []
+    return f" (runs there: {', '.join(known[-5:])})" if known else ' (there are no runs there)'
+
+
+def lock_run(run_path: Path, run_uuid: str) -> FileLock:
+    """The held lock of the run folder `run_path`, or a `RunInUseError` naming the process that trains it."""
+    run_path.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(run_path / LOCK_FILE)
+    if not lock.acquire():
+        raise RunInUseError(f"run {run_uuid} is being trained by process {lock.holder() or 'unknown'} (it holds "
+                            f"{lock.path}): one process at a time trains a run; stop that one or wait for it")
+    return lock
 
 
 def find_run(run_uuid: str) -> Path:
@@ -34,10 +89,8 @@ def find_run(run_uuid: str) -> Path:
             for folder in (run_uuid, f'{run_uuid}.0'):
                 if (experiment_path / folder).is_dir():
                     return experiment_path / folder
-    known = sorted(p.name for e in experiments.iterdir() if e.is_dir() for p in e.iterdir()) \
-        if experiments.exists() else []
-    hint = f" Runs there: {', '.join(known[-5:])}" if known else ' There are no runs there.'
-    raise RunNotFoundError(f"run UUID {run_uuid!r} does not exist under {experiments}.{hint}")
+    raise RunNotFoundError(f"run UUID {run_uuid!r} does not exist under {experiments}{_known_runs(experiments)}; "
+                           f"runs are looked for in the labml project of the working directory")
 
 
 def save_overrides(run_path: Path, overrides: Dict[str, Any]) -> None:
@@ -52,21 +105,11 @@ def load_overrides(run_path: Path) -> Dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def clear_stale_pid(run_path: Path) -> None:
-    """Remove `run.pid` left by a killed process, so labml can start the run again; a live one is an error."""
-    pid_file = run_path / 'run.pid'
-    if not pid_file.exists():
-        return
-    try:
-        pid = int(pid_file.read_text().strip())
-        os.kill(pid, 0)
-    except (ValueError, ProcessLookupError):
-        pid_file.unlink()
-        return
-    except PermissionError:
-        pass
-    raise RuntimeError(f"run {run_path.name} is still running (process {pid_file.read_text().strip()}); "
-                       f"stop it before resuming")
+def remove_labml_pid(run_path: Path) -> None:
+    """Remove labml's `run.pid` from a run folder, so labml can start the run again: labml writes it at every start,
+    never removes it, and refuses to start a run that has one. Who trains a run is the run's lock (`lock_run`),
+    so the file is stale wherever a resume gets that far."""
+    (run_path / 'run.pid').unlink(missing_ok=True)
 
 
 def latest_checkpoint_of_run(checkpoint_dir: Path, run_uuid: str):
@@ -86,7 +129,8 @@ def load_trained_run(run_uuid: str, overrides: Dict[str, Any] = None):
     Returns `(conf, step)`: `conf.model` holds the trained weights, in eval mode.
     """
     from .configs import TrainXLConfigs
-    run_path = find_run(run_uuid)
+    use_working_directory_project()
+    run_path = find_run(check_run_uuid(run_uuid))
     conf = TrainXLConfigs()
     experiment.evaluate()
     experiment.configs(conf, {**load_overrides(run_path), **(overrides or {})})

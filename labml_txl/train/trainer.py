@@ -28,8 +28,9 @@ from labml import monit, tracker
 
 from .. import native
 from .checkpoint import load_model_state, save_checkpoint
-from .configs import TrainXLConfigs, check_training_configs, device_of
+from .configs import TrainXLConfigs, check_splits_fit, check_training_configs, device_of
 from .distributed import DistributedContext, check_divisible
+from .interruption import StopSignals, TrainingInterrupted
 
 
 def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
@@ -85,6 +86,7 @@ class Trainer:
         torch.manual_seed(conf.seed)
         random.seed(conf.seed)
         self.corpus = conf.corpus
+        check_splits_fit(self.corpus, conf.batch_size)
         self.model = conf.model.to(self.device)
         # The module that computes the forward pass: the model itself, or its DistributedDataParallel wrapper
         self.forward_module = self.model
@@ -108,6 +110,9 @@ class Trainer:
         self._pass_ends = False
         # (step, training loss) of every step this trainer ran
         self.history: List[Tuple[int, float]] = []
+        # The step of the last checkpoint `save` wrote, and its folder
+        self._saved_step: Optional[int] = None
+        self._saved_folder: Optional[Path] = None
 
     # ## Data
 
@@ -240,11 +245,17 @@ class Trainer:
         """The memories of every column of the batch (gathered from the ranks when distributed)."""
         return mems if self.distributed is None else self.distributed.gather_columns(mems)
 
-    def save(self) -> None:
-        """Write a checkpoint; every rank takes part (the memories are gathered), rank 0 writes."""
+    def save(self) -> Optional[Path]:
+        """Write a checkpoint of this step (once: a second call at the same step writes nothing); every rank takes
+        part (the memories are gathered), rank 0 writes. Returns its folder (None where none is written)."""
+        if self._saved_step == self.step:
+            return self._saved_folder
         state = self.state_dict()
+        folder = None
         if self.checkpoint_dir is not None and (self.distributed is None or self.distributed.is_main):
-            save_checkpoint(self.checkpoint_dir, self.step, state)
+            folder = save_checkpoint(self.checkpoint_dir, self.step, state)
+        self._saved_step, self._saved_folder = self.step, folder
+        return folder
 
     # ## The loop
 
@@ -257,8 +268,17 @@ class Trainer:
         tracker.save({'loss.valid': valid, **{f'{k}.valid': v for k, v in quality(valid, self.corpus.level).items()}})
         return valid
 
+    def _stop_signal(self, signals: StopSignals) -> int:
+        """The signal that asks this run to stop after this step (0: none); under `torchrun` the ranks agree, so
+        all stop at the same step even when only one of them got the signal."""
+        received = signals.received or 0
+        return received if self.distributed is None else self.distributed.max(received)
+
     def run(self) -> Optional[float]:
-        """Train from `self.step` to `max_step` (or `time_limit`); returns the last validation loss."""
+        """
+        Train from `self.step` to `max_step` (or `time_limit`); returns the last validation loss. On SIGINT or
+        SIGTERM it finishes the step, saves its checkpoint and raises `TrainingInterrupted` (`interruption.py`).
+        """
         conf = self.conf
         if self.device.type == 'cpu':
             # Our C++ kernels (attention, dropout, layer norm) are compiled now (once per machine), not inside the
@@ -266,24 +286,29 @@ class Trainer:
             native.prepare_kernels()
         started = time.time()
         valid = None
-        for step in monit.loop(range(self.step, conf.max_step)):
-            step_started = time.time()
-            data, target, seq_len = self._next_batch()
-            loss = self.train_step(data, target)
-            if self._pass_ends:
-                self._pass_ends = False
-                self._end_pass()
-            self.step = step + 1
-            self.history.append((self.step, loss))
-            tracker.save({'loss.train': loss, **{f'{k}.train': v for k, v in quality(loss, self.corpus.level).items()},
-                          'lr': self.optimizer.param_groups[0]['lr'], 'grad_norm': self.grad_norm,
-                          'tokens_per_sec': target.numel() / max(time.time() - step_started, 1e-9)})
-            out_of_time = 0 < conf.time_limit <= time.time() - started
-            if self.step % conf.eval_interval == 0 or self.step == conf.max_step or out_of_time:
-                valid = self._track_validation()
-            if (conf.checkpoint_interval > 0 and self.step % conf.checkpoint_interval == 0) \
-                    or self.step == conf.max_step or out_of_time:
-                self.save()
-            if out_of_time:
-                break
+        with StopSignals() as signals:
+            for step in monit.loop(range(self.step, conf.max_step)):
+                step_started = time.time()
+                data, target, seq_len = self._next_batch()
+                loss = self.train_step(data, target)
+                if self._pass_ends:
+                    self._pass_ends = False
+                    self._end_pass()
+                self.step = step + 1
+                self.history.append((self.step, loss))
+                tracker.save({'loss.train': loss,
+                              **{f'{k}.train': v for k, v in quality(loss, self.corpus.level).items()},
+                              'lr': self.optimizer.param_groups[0]['lr'], 'grad_norm': self.grad_norm,
+                              'tokens_per_sec': target.numel() / max(time.time() - step_started, 1e-9)})
+                out_of_time = 0 < conf.time_limit <= time.time() - started
+                if self.step % conf.eval_interval == 0 or self.step == conf.max_step or out_of_time:
+                    valid = self._track_validation()
+                stop = self._stop_signal(signals)
+                if (conf.checkpoint_interval > 0 and self.step % conf.checkpoint_interval == 0) \
+                        or self.step == conf.max_step or out_of_time or stop:
+                    self.save()
+                if stop:
+                    raise TrainingInterrupted(stop, self.step, self._saved_folder)
+                if out_of_time:
+                    break
         return valid

@@ -1,6 +1,8 @@
 """
-A training process killed with SIGKILL mid-run, resumed from its checkpoint, continues exactly as a run that was
-never interrupted: the same loss at every step after the resume and the same final weights (bitwise, on CPU).
+A training process stopped mid-run, resumed from its checkpoint, continues exactly as a run that was never
+interrupted: the same loss at every step after the resume and the same final weights (bitwise, on CPU). SIGKILL
+loses the steps since the last periodic checkpoint; SIGINT (Ctrl-C) and SIGTERM lose nothing: the step in progress
+finishes and is saved, one line says how to resume, and there is no traceback.
 """
 import os
 import signal
@@ -35,8 +37,9 @@ def lab_dir(tmp_path):
     lab.configure({'path': str(REPO)})
 
 
-def _killed_run(lab_path: Path, run_uuid: str) -> subprocess.CompletedProcess:
-    """Train in a subprocess that SIGKILLs itself in the middle of step KILL_AT_STEP."""
+def _stopped_run(lab_path: Path, run_uuid: str, how: signal.Signals) -> subprocess.CompletedProcess:
+    """Train in a subprocess, from the command line, that sends itself `how` in the middle of step KILL_AT_STEP."""
+    argv = [f'{key}={value}' for key, value in OVERRIDES.items()]
     script = textwrap.dedent(f'''
         import os, signal, sys
         sys.path.insert(0, {str(REPO / 'experiments')!r})
@@ -44,34 +47,48 @@ def _killed_run(lab_path: Path, run_uuid: str) -> subprocess.CompletedProcess:
         lab.configure({{'path': {str(lab_path)!r}}})
         from labml_txl.train.trainer import Trainer
         train_step = Trainer.train_step
-        def dying_train_step(self, data, target):
+        def signalled_train_step(self, data, target):
             if self.step + 1 == {KILL_AT_STEP}:
-                os.kill(os.getpid(), signal.SIGKILL)
+                os.kill(os.getpid(), {int(how)})
             return train_step(self, data, target)
-        Trainer.train_step = dying_train_step
+        Trainer.train_step = signalled_train_step
         import train_xl
-        train_xl.train({OVERRIDES!r}, writers=set())
+        sys.exit(train_xl.main({argv!r}))
     ''')
     return subprocess.run([sys.executable, '-c', script], env={**os.environ, 'RUN_UUID': run_uuid},
                           capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize('corrupt_newest', [False, True])
-def test_resume_after_sigkill_equals_an_uninterrupted_run(lab_dir, corrupt_newest):
-    run_uuid = 'killed' + ('corrupt' if corrupt_newest else 'clean')
-    killed = _killed_run(lab_dir, run_uuid)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+@pytest.mark.parametrize('how, corrupt_newest', [(signal.SIGKILL, False), (signal.SIGKILL, True),
+                                                 (signal.SIGINT, False), (signal.SIGTERM, False)])
+def test_resume_after_a_stop_equals_an_uninterrupted_run(lab_dir, how, corrupt_newest):
+    run_uuid = f'stopped{how.name}' + ('corrupt' if corrupt_newest else '')
+    stopped = _stopped_run(lab_dir, run_uuid, how)
     checkpoints = next(lab_dir.glob(f'logs/*/{run_uuid}')) / 'checkpoints'
-    assert checkpoint_steps(checkpoints) == [10, 15]
-    resume_from = 15
+    if how == signal.SIGKILL:
+        assert stopped.returncode == -signal.SIGKILL, stopped.stderr[-2000:]
+        # the periodic checkpoints only: the steps after 15 are lost
+        assert checkpoint_steps(checkpoints) == [10, 15]
+        resume_from = 15
+    else:
+        # the step in progress finished and was saved; 128 + the signal, one line on how to resume, no traceback
+        assert stopped.returncode == 128 + how, stopped.stderr[-2000:]
+        assert checkpoint_steps(checkpoints) == [15, KILL_AT_STEP]
+        resume_from = KILL_AT_STEP
+        assert 'Traceback' not in stopped.stderr + stopped.stdout, stopped.stderr[-3000:]
+        told = [line for line in stopped.stderr.splitlines() if 'resume with' in line]
+        assert told == [f'Stopped by {how.name} at step {KILL_AT_STEP} and saved the checkpoint '
+                        f'{checkpoints / str(KILL_AT_STEP)}; resume with: python experiments/train_xl.py '
+                        f'resume={run_uuid}'], stopped.stderr[-3000:]
+        assert '"status": "interrupted"' in (checkpoints.parent / 'run_log.jsonl').read_text()
     if corrupt_newest:
-        # A truncated newest checkpoint is reported and the one before it used
-        newest = checkpoints / '15' / 'checkpoint.pt'
+        # A damaged newest checkpoint is reported and the one before it used
+        newest = checkpoints / '15' / 'tensors.safetensors'
         newest.write_bytes(newest.read_bytes()[:1000])
         resume_from = 10
 
     if corrupt_newest:
-        with pytest.warns(RuntimeWarning, match=r"checkpoint .*15/checkpoint.pt cannot be read"):
+        with pytest.warns(RuntimeWarning, match=r"checkpoint .*15/tensors.safetensors does not match its checksum"):
             resumed = train_xl.train({}, resume=run_uuid, writers=set())
     else:
         resumed = train_xl.train({}, resume=run_uuid, writers=set())

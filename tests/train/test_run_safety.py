@@ -1,0 +1,161 @@
+"""
+A resume never damages its run: bad overrides are refused before anything is written, ids that are not runs are
+errors, one process at a time trains a run, and runs are found in the labml project of the working directory.
+"""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from labml import lab
+
+from labml_txl.config_validation import ConfigTypeError
+from labml_txl.file_lock import FileLock
+from labml_txl.train.checkpoint import CheckpointError, checkpoint_steps
+from labml_txl.train.runs import LOCK_FILE, RunInUseError, RunNotFoundError
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / 'experiments'))
+
+import train_xl  # noqa: E402
+
+SMALL = {'n_layer': 1, 'd_model': 16, 'n_head': 2, 'd_head': 8, 'd_inner': 16, 'tgt_len': 8, 'mem_len': 8,
+         'batch_size': 2, 'max_step': 4, 'eval_interval': 2, 'max_eval_steps': 1, 'checkpoint_interval': 2}
+
+
+@pytest.fixture
+def lab_dir(tmp_path):
+    lab.configure({'path': str(tmp_path)})
+    yield tmp_path
+    lab.configure({'path': str(REPO)})
+
+
+@pytest.fixture
+def finished_run(lab_dir, monkeypatch):
+    monkeypatch.setenv('RUN_UUID', 'finished')
+    trainer = train_xl.train(dict(SMALL), writers=set())
+    monkeypatch.delenv('RUN_UUID')
+    run_path = trainer.checkpoint_dir.parent
+    return run_path, (run_path / 'overrides.json').read_bytes()
+
+
+def _files(run_path: Path) -> dict:
+    """The run's files and their bytes, but for the records of which process holds it (our lock, labml's pid)."""
+    return {p.relative_to(run_path): p.read_bytes() for p in run_path.rglob('*')
+            if p.is_file() and p.name not in (LOCK_FILE, 'run.pid')}
+
+
+@pytest.mark.parametrize('overrides, error, message', [
+    ({'d_model': 32, 'd_inner': 32}, CheckpointError, r"is from a model of another shape: .* has shape \[\d+, 16\] "
+                                                      r"in the checkpoint but \[\d+, 32\] in the model"),
+    ({'n_layer': 'abc'}, ConfigTypeError, r"n_layer='abc' is not accepted: TrainXLConfigs\.n_layer takes an "
+                                          r"integer"),
+    ({'pre_lnorm': 'yes'}, ConfigTypeError, r"pre_lnorm='yes' is not accepted"),
+])
+def test_a_failed_resume_leaves_the_run_as_it_was(finished_run, overrides, error, message):
+    run_path, saved = finished_run
+    before = _files(run_path)
+    with pytest.raises(error, match=message):
+        train_xl.train(overrides, resume='finished', writers=set())
+    assert (run_path / 'overrides.json').read_bytes() == saved
+    assert _files(run_path) == before
+    # and the run resumes as before
+    resumed = train_xl.train({'max_step': 6}, resume='finished', writers=set())
+    assert [step for step, _ in resumed.history] == [5, 6] and checkpoint_steps(run_path / 'checkpoints') == [4, 6]
+
+
+@pytest.mark.parametrize('argument, message', [
+    ('resume=None', r"resume=None is not accepted: give the UUID of the run to continue"),
+    ('resume=', r"resume='' is not accepted: give the UUID"),
+    ('resume=no-such-run', r"run UUID 'no-such-run' does not exist under .*logs \(runs there: finished\)"),
+])
+def test_resume_needs_the_uuid_of_a_run(finished_run, capsys, argument, message):
+    assert train_xl.main([argument, 'max_step=8']) == 2
+    import re
+    assert re.search(message, capsys.readouterr().err), argument
+    assert not [p for p in finished_run[0].parent.iterdir() if p.name != 'finished'], 'no new run was started'
+
+
+def test_resuming_a_run_that_does_not_exist_names_the_uuid(lab_dir):
+    with pytest.raises(RunNotFoundError, match=r"run UUID 'no-such-run' does not exist under .*logs"):
+        train_xl.train({}, resume='no-such-run', writers=set())
+
+
+def _slow_training(lab_path: Path, run_uuid: str, resume: bool = False) -> subprocess.Popen:
+    """A training in a subprocess whose steps take 0.2 s each, long enough to be found training."""
+    script = textwrap.dedent(f'''
+        import sys, time
+        sys.path.insert(0, {str(REPO / 'experiments')!r})
+        from labml import lab
+        lab.configure({{'path': {str(lab_path)!r}}})
+        from labml_txl.train.trainer import Trainer
+        train_step = Trainer.train_step
+        def slow_train_step(self, data, target):
+            time.sleep(0.2)
+            return train_step(self, data, target)
+        Trainer.train_step = slow_train_step
+        import train_xl
+        train_xl.train({dict(SMALL, max_step=1000)!r}, resume={run_uuid if resume else None!r}, writers=set())
+    ''')
+    return subprocess.Popen([sys.executable, '-c', script], env={**os.environ, 'RUN_UUID': run_uuid},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_until_training(lab_path: Path, run_uuid: str, process: subprocess.Popen, timeout: float = 120) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for lock in lab_path.glob(f'logs/*/{run_uuid}/{LOCK_FILE}'):
+            pid = lock.parent / 'run.pid'
+            if FileLock(lock).holder() == str(process.pid) and pid.exists() and pid.read_text() == str(process.pid):
+                return lock.parent
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        time.sleep(0.1)
+    raise AssertionError('the training never started')
+
+
+def test_one_process_trains_a_run_at_a_time(finished_run, lab_dir):
+    run_path, saved = finished_run
+    training = _slow_training(lab_dir, 'finished', resume=True)
+    try:
+        _wait_until_training(lab_dir, 'finished', training)
+        # A second resume of the same run fails at once, naming the run and the process that trains it
+        started = time.monotonic()
+        with pytest.raises(RunInUseError, match=rf"run finished is being trained by process {training.pid} "
+                                                rf"\(it holds .*{LOCK_FILE}\)"):
+            train_xl.train({}, resume='finished', writers=set())
+        assert time.monotonic() - started < 30
+    finally:
+        training.send_signal(signal.SIGKILL)
+        training.wait(timeout=60)
+    # The lock died with its process: the run resumes
+    resumed = train_xl.train({'max_step': 6}, resume='finished', writers=set())
+    assert resumed.step == 6
+
+
+def test_a_run_is_found_in_the_project_of_the_working_directory(tmp_path):
+    """A user's own script outside this repository, in a project of its own, trains and resumes its runs."""
+    project = tmp_path / 'my_project'
+    (project / 'scripts').mkdir(parents=True)
+    (project / '.labml.yaml').write_text('check_repo_dirty: false\n')
+    script = project / 'scripts' / 'my_training.py'
+    script.write_text(textwrap.dedent(f'''
+        import sys
+        sys.path.insert(0, {str(REPO / 'experiments')!r})
+        import train_xl
+        sys.exit(train_xl.main(sys.argv[1:]))
+    '''))
+    argv = [f'{key}={value}' for key, value in SMALL.items()]
+    env = {**os.environ, 'RUN_UUID': 'mine'}
+    first = subprocess.run([sys.executable, str(script), *argv], cwd=project / 'scripts', env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert checkpoint_steps(project / 'logs' / 'train_xl' / 'mine' / 'checkpoints') == [2, 4]
+    resumed = subprocess.run([sys.executable, str(script), 'resume=mine', 'max_step=6'], cwd=project, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert checkpoint_steps(project / 'logs' / 'train_xl' / 'mine' / 'checkpoints') == [4, 6]
+    assert not (REPO / 'logs' / 'train_xl' / 'mine').exists()
