@@ -16,7 +16,7 @@ from typing import List
 
 from labml_txl import native
 from labml_txl.cli import parse_overrides, run_script
-from labml_txl.dashboard import DEFAULT_PORT, report_to_dashboard, run_url
+from labml_txl.dashboard import DEFAULT_PORT, check_port, report_to_dashboard, run_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -61,7 +61,7 @@ def start_dashboard(port: int) -> str:
 
 def demo(args: List[str]) -> None:
     overrides = parse_overrides(args)
-    port = int(overrides.pop('port', DEFAULT_PORT))
+    port = check_port(overrides.pop('port', DEFAULT_PORT))
     dashboard = start_dashboard(port)
     report_to_dashboard(port)
     # The evaluation kernels compiled first (once per machine, about a minute): the minutes below are training's

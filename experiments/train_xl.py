@@ -71,8 +71,12 @@ def train(overrides: Dict[str, Any], resume: Optional[str] = None, name: str = '
         experiment.create(name=name, uuid=run_uuid, writers=writers, **labml_rank)
         experiment.configs(conf, overrides)
         run = experiment_singleton().run
-        # Rank 0's folder holds the overrides and the checkpoints
-        main_path = run.run_path if distributed is None else run.experiment_path / f'{run.uuid}.0'
+        # The run's first folder holds the overrides and the checkpoints: rank 0's of a distributed run, wherever
+        # it is resumed from, with any number of processes
+        if run_path is not None:
+            main_path = run_path
+        else:
+            main_path = run.run_path if distributed is None else run.experiment_path / f'{run.uuid}.0'
         checkpoint_dir = main_path / 'checkpoints'
         trainer = Trainer(conf, checkpoint_dir=checkpoint_dir, distributed=distributed, device=device)
         if resume is not None:

@@ -37,7 +37,7 @@ class DashboardError(RuntimeError):
 def check_port(port: int) -> int:
     """Return `port` if it is an int in 1..65535, else raise `ValueError` naming it."""
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        raise ValueError(f'port: expected an integer in 1..65535, got {port!r}')
+        raise ValueError(f'port={port!r} is not accepted: a port number from 1 to 65535')
     return port
 
 

@@ -2,6 +2,7 @@
 Two CPU processes under torchrun (gloo), each on half of every batch's columns, end with the parameters of one
 process trained on the whole global batch.
 """
+import signal
 import socket
 import subprocess
 import sys
@@ -68,3 +69,51 @@ def test_two_processes_equal_one_process_on_the_global_batch(tmp_path):
     # The run left the process group: a process that exits with gloo's threads running can abort at exit
     assert distributed['group_left']
     assert not list((tmp_path / 'lab').glob('logs/*/*.1/checkpoints'))
+
+
+def test_a_signal_to_one_rank_stops_every_rank_at_the_same_step(tmp_path):
+    """SIGTERM reaches rank 1 only, during step 4: both ranks finish step 4, rank 0 writes its checkpoint with
+    every column's memories, both exit 143; the run then resumes from step 4 in one process."""
+    (tmp_path / 'lab').mkdir()
+    script = tmp_path / 'worker.py'
+    script.write_text(textwrap.dedent(f'''
+        import json, os, signal, sys
+        sys.path.insert(0, {str(REPO / 'experiments')!r})
+        from labml import lab
+        lab.configure({{'path': {str(tmp_path / 'lab')!r}}})
+        from labml_txl.train.interruption import TrainingInterrupted
+        from labml_txl.train.trainer import Trainer
+        train_step = Trainer.train_step
+        def signalled_train_step(self, data, target):
+            if self.step + 1 == 4 and self.distributed.rank == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return train_step(self, data, target)
+        Trainer.train_step = signalled_train_step
+        import train_xl
+        rank = os.environ['RANK']
+        try:
+            train_xl.train({OVERRIDES!r}, writers=set())
+        except TrainingInterrupted as stopped:
+            record = {{'step': stopped.step, 'signal': stopped.signal_number,
+                       'checkpoint': str(stopped.checkpoint) if stopped.checkpoint else None}}
+            open({str(tmp_path)!r} + f'/rank{{rank}}.json', 'w').write(json.dumps(record))
+            sys.exit(stopped.exit_code)
+    '''))
+    launched = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2',
+                               '--master_addr', '127.0.0.1', '--master_port', str(_free_port()), str(script)],
+                              capture_output=True, text=True, timeout=300)
+    assert launched.returncode != 0
+    import json
+    records = [json.loads((tmp_path / f'rank{rank}.json').read_text()) for rank in (0, 1)]
+    assert [(r['step'], r['signal']) for r in records] == [(4, signal.SIGTERM)] * 2, launched.stderr[-3000:]
+    checkpoint = Path(records[0]['checkpoint'])
+    assert checkpoint.name == '4' and checkpoint.parents[1].name.endswith('.0') and records[1]['checkpoint'] is None
+    assert sorted(p.name for p in checkpoint.parent.iterdir()) == ['3', '4']
+    run_uuid = checkpoint.parents[1].name[:-len('.0')]
+
+    lab.configure({'path': str(tmp_path / 'lab')})
+    try:
+        resumed = train_xl.train({}, resume=run_uuid, writers=set())
+    finally:
+        lab.configure({'path': str(REPO)})
+    assert [step for step, _ in resumed.history] == [5, 6]
