@@ -124,6 +124,7 @@ def create_app(data_dir: Union[str, Path], port: int = DEFAULT_PORT):
     """
     from labml_txl.dashboard_app.assets import LocalPageApp, find_assets, rewrite_index_html
     from labml_txl.dashboard_app.local_runs import ClaimForToken
+    from labml_txl.dashboard_app.request_checks import RequestChecks
     from labml_txl.dashboard_app.store import check_data_dir
 
     check_port(port)
@@ -132,15 +133,18 @@ def create_app(data_dir: Union[str, Path], port: int = DEFAULT_PORT):
     static_dir = Path(flask_app.STATIC_PATH)
     assets = find_assets()
     html, report = rewrite_index_html((static_dir / 'index.html').read_text(encoding='utf-8'), assets)
-    app = LocalPageApp(ClaimForToken(flask_app.app, LOCAL_TOKEN), static_dir, html, assets)
+    app = RequestChecks(LocalPageApp(ClaimForToken(flask_app.app, LOCAL_TOKEN), static_dir, html, assets))
     return app, [f'data: {data_dir}'] + report
 
 
 def serve(port: int = DEFAULT_PORT, data_dir: Union[str, Path, None] = None, log_level: str = 'warning') -> None:
     """Start the dashboard on 127.0.0.1:`port` and block until interrupted."""
     import logging
+    from labml_txl.dashboard_app.store import check_data_dir, lock_store
     check_port_free(port)
-    data_dir = data_dir or os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR
+    data_dir = check_data_dir(data_dir or os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR)
+    # Held until the process ends: one dashboard per store
+    store_lock = lock_store(data_dir)
     app, report = create_app(data_dir, port)
     logging.getLogger('LabML logger').setLevel(log_level.upper())  # labml_app logs every request at INFO
     try:
@@ -150,7 +154,10 @@ def serve(port: int = DEFAULT_PORT, data_dir: Union[str, Path, None] = None, log
     for line in report:
         print(f'labml_txl.dashboard: {line}', flush=True)
     print(f'labml_txl.dashboard: http://{HOST}:{port}/ (runs report to app_url {web_api_url(port)})', flush=True)
-    uvicorn.run(app, host=HOST, port=port, log_level=log_level, access_log=log_level == 'debug')
+    try:
+        uvicorn.run(app, host=HOST, port=port, log_level=log_level, access_log=log_level == 'debug')
+    finally:
+        store_lock.release()
 
 
 def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:

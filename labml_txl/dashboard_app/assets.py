@@ -127,6 +127,7 @@ class LocalPageApp:
     """
 
     def __init__(self, app: Callable, static_dir: Path, html: str, assets: Sequence[Asset]):
+        from starlette.middleware.exceptions import ExceptionMiddleware
         from starlette.responses import FileResponse, HTMLResponse, Response
         from starlette.routing import Mount, Router
         from starlette.staticfiles import StaticFiles
@@ -137,7 +138,8 @@ class LocalPageApp:
         self._html = HTMLResponse(html, headers={'Cache-Control': 'no-cache'})
         self._not_found = Response('not found', status_code=404, media_type='text/plain')
         mounts = [Mount(a.route, app=StaticFiles(directory=str(a.directory))) for a in assets if a.directory]
-        self._router = Router(routes=mounts, default=self._page_or_app)
+        # StaticFiles answers a missing file by raising HTTPException: the middleware makes it a plain 404
+        self._router = ExceptionMiddleware(Router(routes=mounts, default=self._page_or_app))
 
     def _static_file(self, path: str) -> Optional[Path]:
         candidate = (self._static_dir / path.lstrip('/')).resolve()

@@ -10,6 +10,10 @@ given to `Model.set_db_drivers` / `Index.set_db_drivers`. labml_app wires MongoD
 Models are pickled, as labml_app's own Mongo driver does (series hold numpy values). Every write goes to a
 temporary file that then replaces the old one, so a killed server never leaves half a file behind.
 Nothing is ever removed except by the app's own delete actions (e.g. deleting a run in the UI).
+
+One server at a time uses a store: each keeps its indexes in memory and writes them whole, so two would drop each
+other's runs from `RunIndex.json`. `lock_store` takes `DATA_DIR/dashboard.lock` (`labml_txl.file_lock`, released
+when the server's process ends in any way) and refuses a second server, naming the first.
 """
 import os
 import tempfile
@@ -21,6 +25,8 @@ from labml_db.driver.file import FileDbDriver
 from labml_db.index_driver.file import FileIndexDbDriver
 from labml_db.serializer.json import JsonSerializer
 from labml_db.serializer.pickle import PickleSerializer
+
+from ..file_lock import FileLock
 
 
 def _write_atomically(path: Path, data: Union[str, bytes]) -> None:
@@ -75,6 +81,19 @@ def check_data_dir(data_dir: Union[str, Path]) -> Path:
     if not os.access(str(path), os.W_OK):
         raise ValueError(f'data_dir: {str(path)!r} is not writable')
     return path
+
+
+LOCK_FILE = 'dashboard.lock'
+
+
+def lock_store(data_dir: Path) -> FileLock:
+    """The held lock of the store `data_dir`, or a `ValueError` naming the process of the dashboard that has it."""
+    lock = FileLock(Path(data_dir) / LOCK_FILE)
+    if not lock.acquire():
+        raise ValueError(f"data_dir: {str(data_dir)!r} is the store of another dashboard (process "
+                         f"{lock.holder() or 'unknown'}); one dashboard at a time uses a store: stop that one, "
+                         f"open its page, or give --data-dir another folder")
+    return lock
 
 
 def init_file_db(data_dir: Union[str, Path], models: Iterable[Type[Model]],
