@@ -24,8 +24,8 @@ $(PY):
 # Only wheels (--only-binary): nothing is built from an sdist. The order makes the result exactly the lock:
 # pip and setuptools first, at their locked versions; torch with its own dependencies (on machines where PyPI's
 # torch is a CUDA build they add its CUDA libraries, which torch pins itself); then every locked package with
-# no resolution at all; the project itself, built with the locked setuptools; `pip check` then fails, naming
-# it, if any package needs one the lock lacks (run `make lock`). The browser libraries of the dashboard page
+# no resolution at all; the project itself, built with the locked setuptools; a `pip check` then fails, naming
+# it, if any package needs one the lock lacks (run `make lock`), labml-nn's own left out. The browser libraries of the dashboard page
 # come from package-lock.json.
 $(STAMP): setup.py $(LOCK) $(NO_DEPS_LOCK) package.json package-lock.json | $(PY)
 	@command -v npm >/dev/null || { echo "make: npm is missing; install Node.js with npm (Debian: apt-get install npm)"; exit 1; }
@@ -33,7 +33,7 @@ $(STAMP): setup.py $(LOCK) $(NO_DEPS_LOCK) package.json package-lock.json | $(PY
 	$(PIP) install --only-binary=:all: --constraint $(LOCK) torch
 	$(PIP) install --only-binary=:all: --no-deps --requirement $(LOCK)
 	$(PIP) install --no-deps --no-build-isolation --editable .
-	$(PY) -m pip check
+	$(PY) requirements/check_environment.py
 	$(PIP) install --only-binary=:all: --no-deps --requirement $(NO_DEPS_LOCK)
 	npm ci --no-audit --no-fund --silent
 	touch $(STAMP)

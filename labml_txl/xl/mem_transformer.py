@@ -346,13 +346,18 @@ class MemTransformerLM(nn.Module):
                              f"as returned by the previous segment, or none")
         mlen = None
         weight = self.word_emb.emb_layers[0].weight
+        # Hidden states are of the parameters' dtype, or of autocast's where it runs (a projected embedding)
+        dtypes = {weight.dtype}
+        if torch.is_autocast_enabled(weight.device.type):
+            dtypes.add(torch.get_autocast_dtype(weight.device.type))
         for i, m in enumerate(mems):
             if not isinstance(m, torch.Tensor):
                 raise TypeError(f"mems[{i}] must be a tensor [mlen, bsz, d_model], got {type(m).__name__}")
-            if m.dtype != weight.dtype or m.device != weight.device:
+            if m.dtype not in dtypes or m.device != weight.device:
+                accepted = ' or '.join(sorted(str(d) for d in dtypes))
                 raise TypeError(f"mems[{i}] is a {m.dtype} tensor on {m.device}, but the model's parameters are "
                                 f"{weight.dtype} on {weight.device}: memories are hidden states of this model "
-                                f"(as it returns them), so they must be {weight.dtype} on {weight.device}")
+                                f"(as it returns them), so they must be {accepted} on {weight.device}")
             if m.dim() == 1 and m.numel() == 0:
                 m_len = 0
             elif m.dim() != 3 or m.shape[2] != self.d_model:
