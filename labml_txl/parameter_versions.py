@@ -9,10 +9,11 @@ relative table (`RelPartialLearnableMultiHeadAttn._projected_table`) and the pre
 PyTorch's fused optimizers (`Adam(fused=True)`, `AdamW(fused=True)`, `SGD(fused=True)`, which the trainer's
 `fused_adam` uses) write the parameters in one kernel that does **not** bump their version counters. Without
 the hook below, a cache made before such a step would still be taken for valid after it, and a model would go on
-computing with weights it no longer has. `track_fused_optimizer_steps()` (called by each module with such a
-cache, once per process in effect) registers a hook for every optimizer that bumps the versions of the parameters
-of fused parameter groups after each step (`torch.autograd.graph.increment_version`, PyTorch's API for writes
-it cannot see).
+computing with weights it no longer has. `track_fused_optimizer_steps()` registers, once per process, a hook for
+every optimizer that bumps the versions of the parameters of fused parameter groups after each step
+(`torch.autograd.graph.increment_version`, PyTorch's API for writes it cannot see). It is called by the code that
+makes such a cache, when it makes one: importing the package registers nothing, and a process that never
+evaluates on these paths never gets the hook.
 
 Writes through `tensor.data` do not bump versions either (that is what `.data` is for); after such writes, call
 `torch.autograd.graph.increment_version` on the parameters, as the hook does.

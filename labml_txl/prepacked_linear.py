@@ -28,9 +28,6 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from .parameter_versions import track_fused_optimizer_steps
 
-# The cache here trusts parameter versions, which fused optimizer steps do not bump by themselves
-track_fused_optimizer_steps()
-
 # The packed weight of each weight tensor (by identity), with the version it was packed at; entries go with their
 # weight
 _packed = WeakIdKeyDictionary()
@@ -72,6 +69,8 @@ def _packed_weight(weight: torch.Tensor, rows: int) -> torch.Tensor:
     """`weight` packed for oneDNN, packed again only when it has changed in place."""
     entry = _packed.get(weight)
     if entry is None or entry[0] != weight._version:
+        # The cache trusts version counters, which fused optimizer steps do not bump by themselves
+        track_fused_optimizer_steps()
         # `rows` only guides the choice of layout; the packed weight serves any number of rows
         entry = (weight._version, torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), rows))
         _packed[weight] = entry

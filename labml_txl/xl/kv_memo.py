@@ -19,9 +19,6 @@ from torch import nn
 
 from ..parameter_versions import track_fused_optimizer_steps
 
-# The caches here trust parameter versions, which fused optimizer steps do not bump by themselves
-track_fused_optimizer_steps()
-
 
 def _parameter_versions(module: nn.Module) -> List[Tuple[torch.Tensor, int]]:
     return [(p, p._version) for p in module.parameters()]
@@ -76,6 +73,8 @@ class KeyValueMemo:
               beg: int, end: int, attn: nn.Module) -> None:
         """Keep the keys and values of the memory tensor `mems` the next segment will be given: rows `[beg, end)`
         of those of the memory (`kv_memory`, None without one) followed by the segment's (`kv_segment`)."""
+        # The entries trust version counters, which fused optimizer steps do not bump by themselves
+        track_fused_optimizer_steps()
         mlen = 0 if kv_memory is None else kv_memory.shape[3]
         entry = self.entries.get(layer)
         buffer = None

@@ -20,9 +20,6 @@ from ..relative_attention import (CausalPositionBias, heads_mask, pad_table, rel
                                   relative_attention_scores_heads, relative_attention_weights_heads)
 from .attention_base import XLAttentionBase
 
-# The caches here trust parameter versions, which fused optimizer steps do not bump by themselves
-track_fused_optimizer_steps()
-
 
 class RelPartialLearnableMultiHeadAttn(XLAttentionBase):
     """
@@ -69,6 +66,8 @@ class RelPartialLearnableMultiHeadAttn(XLAttentionBase):
         weight, memo = self.r_net.weight, self._table_memo
         if (memo is None or memo[0] is not r or memo[1] != r._version or memo[2] is not weight
                 or memo[3] != weight._version):
+            # The memo trusts version counters, which fused optimizer steps do not bump by themselves
+            track_fused_optimizer_steps()
             self._table_memo = memo = (r, r._version, weight, weight._version, project())
         return memo[4]
 

@@ -1,0 +1,39 @@
+"""Importing the package changes nothing global: no optimizer hook, no kernel built, no extension builder imported."""
+import subprocess
+import sys
+
+CHECK = r'''
+import sys
+import torch
+import torch.optim.optimizer as optimizer
+hooks = len(optimizer._global_optimizer_post_hooks)
+import labml_txl, labml_txl.configs, labml_txl.xl, labml_txl.train.trainer, labml_txl.native
+assert len(optimizer._global_optimizer_post_hooks) == hooks, 'an optimizer hook was registered at import'
+assert 'torch.utils.cpp_extension' not in sys.modules, 'the extension builder was imported'
+from labml_txl.native import build
+assert not build._loaded and not build._checked, 'a kernel was loaded at import'
+print('clean')
+'''
+
+
+def test_importing_the_package_changes_nothing_global():
+    out = subprocess.run([sys.executable, '-c', CHECK], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == 'clean', out.stderr[-2000:]
+
+
+def test_the_fused_optimizer_hook_comes_with_the_first_cache():
+    """The code that makes a cache which trusts version counters registers what keeps it correct, when it makes one."""
+    out = subprocess.run([sys.executable, '-c', r'''
+import torch
+import torch.optim.optimizer as optimizer
+from labml_txl.xl import MemTransformerLM
+model = MemTransformerLM(n_token=20, n_layer=1, n_head=2, d_model=8, d_head=4, d_inner=8, dropout=0.0, dropatt=0.0,
+                         tgt_len=4, mem_len=4).eval()
+assert not optimizer._global_optimizer_post_hooks
+data = torch.randint(20, (4, 1))
+with torch.no_grad():
+    model(data, data)
+assert len(optimizer._global_optimizer_post_hooks) == 1
+print('registered')
+'''], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == 'registered', out.stderr[-2000:]
