@@ -52,7 +52,8 @@ def accepted_options(configs: BaseConfigs, key: str) -> List[str]:
     aggregate_options = sorted(configs._Configs__aggregates_options.get(key, set()))
     if aggregate_options:
         default = configs._Configs__defaults.get(key)
-        return ([default] if isinstance(default, str) else []) + options + aggregate_options
+        # Each name once, the default first (it may be one of the aggregates)
+        return list(dict.fromkeys(([default] if isinstance(default, str) else []) + options + aggregate_options))
     return options
 
 

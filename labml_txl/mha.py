@@ -68,8 +68,6 @@ class MultiHeadAttention(nn.Module):
         self.dropout = Dropout(dropout_prob)
         # $\frac{1}{\sqrt{d_k}}$
         self.scale = 1 / math.sqrt(self.d_k)
-        # Set to False to take the explicit path even when weights are not asked for
-        self.use_sdpa = True
 
     def _check_inputs(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       mask: Optional[torch.Tensor]) -> Tuple[int, int]:
@@ -100,7 +98,7 @@ class MultiHeadAttention(nn.Module):
         v = self._split_heads(self.value(value))
         attn_mask = to_batch_head_mask(mask)
 
-        if need_weights or not self.use_sdpa:
+        if need_weights:
             # $\frac{Q K^\top}{\sqrt{d_k}}$, `[batch, heads, seq_q, seq_k]`
             scores = torch.matmul(q, k.transpose(-2, -1)) * self.scale
             # $\mathop{softmax}$ over the keys that may be attended to (a row with none gets zero weights)

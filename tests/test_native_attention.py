@@ -385,7 +385,7 @@ def test_disabled_block_runs_the_pytorch_path_and_ends_with_it(count_calls):
 
 @pytest.fixture
 def fresh_kernels(monkeypatch):
-    """`load_kernel` and `kernel_available` as in a new process (the tests' own build stays cached on disk)."""
+    """`load_kernel` and each kernel's `kernel_available` as in a new process (the tests' own build stays cached on disk)."""
     monkeypatch.setattr(build, '_loaded', {})
     monkeypatch.setattr(build, '_checked', {})
 
@@ -411,11 +411,11 @@ def test_a_failed_build_warns_with_the_compilers_error_and_falls_back(monkeypatc
     monkeypatch.setattr(cpp_extension, 'load', failing_load)
     expected = 'fatal error: torch/extension.h: No such file.*g\\+\\+.*LABML_TXL_NATIVE=0'
     with pytest.warns(RuntimeWarning, match=expected):
-        assert not native.kernel_available()
+        assert not native.attention.kernel_available()
     # Warned once: later calls know
     with warnings.catch_warnings():
         warnings.simplefilter('error')
-        assert not native.kernel_available()
+        assert not native.attention.kernel_available()
     # The model still evaluates, by SDPA (and PyTorch's layer norms, whose kernel fails to build alike), as the
     # plain path does
     plain, fast = (model.eval() for model in plain_and_fast())
@@ -432,7 +432,7 @@ def test_a_kernel_with_wrong_results_is_not_used(monkeypatch, fresh_kernels):
 
     monkeypatch.setattr(build, '_loaded', {('causal_relative_attention',): WrongKernel()})
     with pytest.warns(RuntimeWarning, match='other results than PyTorch'):
-        assert not native.kernel_available()
+        assert not native.attention.kernel_available()
 
 
 def test_a_kernel_with_wrong_gradients_is_not_used(monkeypatch, fresh_kernels):
@@ -451,4 +451,4 @@ def test_a_kernel_with_wrong_gradients_is_not_used(monkeypatch, fresh_kernels):
 
     monkeypatch.setattr(build, '_loaded', {('causal_relative_attention',): WrongBackward()})
     with pytest.warns(RuntimeWarning, match='causal relative attention \\(training\\) kernel gave other results'):
-        assert not native.kernel_available()
+        assert not native.attention.kernel_available()

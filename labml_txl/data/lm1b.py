@@ -28,7 +28,7 @@ from labml_txl.data.corpus import Corpus
 from labml_txl.data.files import MissingDataFileError, folder_listing, find_file, require_file
 from labml_txl.data.tokenization import SENTENCE_BOUNDARY
 from labml_txl.data.vocabulary import Vocabulary
-from labml_txl.data.word_level import count_file, encode_file
+from labml_txl.data.word_files import count_file, encode_file
 
 PathLike = Union[str, Path]
 

@@ -28,8 +28,9 @@ from typing import Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from labml_txl.errors import require_positive_int
 from labml_txl.data.vocabulary import Vocabulary
+from labml_txl.data.word_files import encode_file
+from labml_txl.errors import require_positive_int
 
 Batch = Tuple[torch.Tensor, torch.Tensor, int]
 
@@ -164,7 +165,6 @@ class LMMultiFileIterator(LMShuffledIterator):
 
     def get_sent_stream(self, generator: torch.Generator) -> Iterator[torch.Tensor]:
         """The sentences of one epoch: the files (shuffled if `shuffle`), each file's sentences shuffled."""
-        from labml_txl.data.word_level import encode_file
         order = torch.randperm(len(self.paths), generator=generator).tolist() if self.shuffle \
             else range(len(self.paths))
         for f in order:
