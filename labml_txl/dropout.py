@@ -6,10 +6,9 @@ expectation is unchanged:
 
 $$\mathop{dropout}(x)_i = \frac{m_i\, x_i}{1 - p}, \qquad m_i \sim \mathop{Bernoulli}(1 - p)$$
 
-`nn.Dropout` draws $m$ with `bernoulli_`. On this project's CPUs (AMD) PyTorch's `bernoulli_` runs serially at
-about 7 ns an element: each element costs a 64-bit uniform double from the Mersenne Twister (the vectorised MKL
-kernel is taken on Intel CPUs only). A Transformer-XL training step drops about 7 million elements, so the masks
-were a sixth of the step (`docs/performance.md`).
+`nn.Dropout` draws $m$ with `bernoulli_`, which on an AMD CPU runs serially: each element costs a 64-bit uniform
+double from the Mersenne Twister (the vectorised MKL kernel is taken on Intel CPUs only), and a Transformer-XL
+training step drops millions of elements (`docs/performance.md` has the figures).
 
 `Dropout` here draws a uniform 16-bit integer $r_i$ per element instead, on $[-2^{15}, 2^{15})$, and drops the
 element when
@@ -20,8 +19,7 @@ so it drops with probability $p' = t / 2^{16}$, within $2^{-17}$ of $p$ (0.1 bec
 what it keeps by $\frac{1}{1 - p'}$: the expectation is unchanged exactly. The integers come four to a draw of the
 same generator: `random_(-2**63, None)` on `int64` is uniform over all 64 bits, and its four 16-bit pieces are four
 independent uniform integers (whatever the byte order). A draw costs two 32-bit outputs of the Mersenne Twister,
-so an element costs half of one: a mask of a million elements took 1.3 ms here, against 8 to 12 ms with
-`bernoulli_` and 2.3 ms with two 31-bit integers to a draw (this module's masks before). Where $t$ would be 0 or
+so an element costs half of one. Where $t$ would be 0 or
 $2^{16}$ ($p$ within $2^{-17}$ of 0 or 1) this is `nn.Dropout`. The mask is kept as booleans (one byte an element, as
 `nn.Dropout`'s); forward and backward each zero the dropped elements (`torch.where`) and multiply by
 $\frac{1}{1-p'}$, with no float copy of the mask.
@@ -31,8 +29,7 @@ not the masks `nn.Dropout` draws from the same seed.
 On float32 CPU tensors our kernel draws the same 16-bit integers inside the pass that applies them
 (`labml_txl/native/dropout.py`): $u_e$ from SplitMix64, a counter-based generator, seeded by one draw of the
 default generator per mask, dropped where $u_e < t$ (the same $p'$ and scale). Nothing is kept for the backward
-pass, which draws the mask again from the seed: a mask of a million elements and its application took 0.14 ms
-against 1.9 ms for the PyTorch draw, comparison and `where` (in one process). Where the kernel does not serve
+pass, which draws the mask again from the seed. Where the kernel does not serve
 (other dtypes, a machine without a compiler, `LABML_TXL_NATIVE=0`) PyTorch draws them as above; the two draw
 different masks from the same seed.
 

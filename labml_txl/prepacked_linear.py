@@ -2,11 +2,10 @@ r"""
 # Linear layers for no-grad CPU inference, with weights prepacked for oneDNN
 
 $y = x W^\top + b$ computes the same whichever kernel runs it; how fast depends on the kernel. `F.linear` on the
-CPU calls MKL's `sgemm`, which repacks $W$ on every call and, on the AMD CPU this project measures on, ran the
-Transformer-XL benchmark's products at 130 to 190 GFLOP/s. PyTorch also ships oneDNN, the library behind
+CPU calls MKL's `sgemm`, which repacks $W$ on every call. PyTorch also ships oneDNN, the library behind
 `torch.compile`'s CPU freezing pass: its `mkldnn::_reorder_linear_weight` packs $W$ once into the blocked layout
-its kernels read, and `mkldnn::_linear_pointwise` multiplies by the packed weight (about 200 GFLOP/s on the same
-shapes; `docs/performance.md`).
+its kernels read, and `mkldnn::_linear_pointwise` multiplies by the packed weight, faster at the Transformer-XL
+benchmark's shapes (`docs/performance.md` has the figures).
 
 `inference_linear` uses it where that is safe and pays: without gradients (the op has no backward), float32 on
 the CPU, outside autocast and `torch.compile`, with at least two rows (a single row is a matrix-vector product,
@@ -15,8 +14,7 @@ which `F.linear` does faster). A packed weight is kept per weight tensor while i
 once per evaluation, not per call; it costs one more copy of the weight while the weight lives.
 
 Not in training: there the weights change at every step, and packing them anew each step (and $W^\top$ for the
-input's gradient) cost more than oneDNN saved (a training step took 309 ms against 277 ms with `F.linear`,
-measured in one process). Results differ from `F.linear`'s by float rounding only (a sum in another order).
+input's gradient) cost more than oneDNN saved (measured: `docs/performance.md`). Results differ from `F.linear`'s by float rounding only (a sum in another order).
 Where the ops are missing (a PyTorch built without oneDNN) or fail their first check, `F.linear` runs.
 """
 import warnings

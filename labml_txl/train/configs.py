@@ -82,8 +82,7 @@ def _n_token(c: TrainXLConfigs) -> int:
 
 def fused_adam(parameters, lr: float) -> torch.optim.Adam:
     """Adam with PyTorch's fused kernel where this torch has one for the parameters' device (the same update in one
-    pass over all parameters: 3.3 ms a step instead of 10.2 ms for the 3.5M parameters of
-    `experiments/benchmark.py`'s model on this project's CPU), else the default Adam."""
+    pass over all parameters, a third of the time; `docs/performance.md`), else the default Adam."""
     parameters = list(parameters)
     try:
         return torch.optim.Adam(parameters, lr=lr, fused=True)
