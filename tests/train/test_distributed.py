@@ -2,6 +2,7 @@
 Two CPU processes under torchrun (gloo), each on half of every batch's columns, end with the parameters of one
 process trained on the whole global batch.
 """
+import json
 import signal
 import socket
 import subprocess
@@ -103,7 +104,6 @@ def test_a_signal_to_one_rank_stops_every_rank_at_the_same_step(tmp_path):
                                '--master_addr', '127.0.0.1', '--master_port', str(_free_port()), str(script)],
                               capture_output=True, text=True, timeout=300)
     assert launched.returncode != 0
-    import json
     records = [json.loads((tmp_path / f'rank{rank}.json').read_text()) for rank in (0, 1)]
     assert [(r['step'], r['signal']) for r in records] == [(4, signal.SIGTERM)] * 2, launched.stderr[-3000:]
     checkpoint = Path(records[0]['checkpoint'])

@@ -2,6 +2,7 @@
 What can be checked before training is checked before the first step, from the command line as a user meets it:
 each bad setting exits with code 2 and one `error:` line naming it, and no training step runs.
 """
+import re
 import sys
 from pathlib import Path
 
@@ -53,7 +54,6 @@ def _small_text(tmp_path: Path, characters: int) -> Path:
 ])
 def test_a_bad_setting_is_named_before_the_first_step(steps, capsys, arguments, message):
     assert train_xl.main(SMALL + arguments) == 2
-    import re
     err = capsys.readouterr().err
     assert re.search(message, err), err[-2000:]
     assert 'Traceback' not in err and steps == []

@@ -3,6 +3,7 @@ A resume never damages its run: bad overrides are refused before anything is wri
 errors, one process at a time trains a run, and runs are found in the labml project of the working directory.
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -75,7 +76,6 @@ def test_a_failed_resume_leaves_the_run_as_it_was(finished_run, overrides, error
 ])
 def test_resume_needs_the_uuid_of_a_run(finished_run, capsys, argument, message):
     assert train_xl.main([argument, 'max_step=8']) == 2
-    import re
     assert re.search(message, capsys.readouterr().err), argument
     assert not [p for p in finished_run[0].parent.iterdir() if p.name != 'finished'], 'no new run was started'
 
