@@ -7,8 +7,8 @@ r"""
 Every number is a ratio of medians of runs interleaved in this process (round robin: one call of each contender
 per round, the order rotated every round), so a load that comes and goes slows all contenders alike. Rows:
 
-* training and evaluation tokens/s of `MemTransformerLM` (fast, and fast under `torch.compile`) against
-  labml_nn's `TransformerXL` and this package's plain path (`model.fast = False`, the original's computation);
+* training and evaluation tokens/s of `MemTransformerLM` (fast: `impl='auto'`, and it under `torch.compile`)
+  against labml_nn's `TransformerXL` and this package's plain path (`impl='reference'`, the original's computation);
 * training and evaluation tokens/s of the fast path against itself without our C++ kernels
   (`labml_txl.native.disabled()`: PyTorch's attention (in evaluation SDPA with the position terms as its bias),
   PyTorch's dropout masks, residual additions and layer norms);
@@ -42,9 +42,9 @@ from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from labml_txl import native  # noqa: E402
-from labml_txl.prepacked_linear import inference_linear  # noqa: E402
-from labml_txl.relative_attention import decoder_causal_mask  # noqa: E402
+from labml_txl import dispatch, native  # noqa: E402
+from labml_txl.attention_mask import decoder_causal_mask  # noqa: E402
+from labml_txl.dispatch import Plan, RelativeTerms  # noqa: E402
 from labml_txl.train.configs import fused_adam  # noqa: E402
 from labml_txl.xl import MemTransformerLM  # noqa: E402
 
@@ -89,9 +89,7 @@ def make_xl(cfg: BenchConfig, fast: bool = True, seed: int = 0, **overrides) -> 
                   d_head=cfg.d_head, d_inner=cfg.d_inner, dropout=cfg.dropout, dropatt=cfg.dropatt,
                   tgt_len=cfg.tgt_len, mem_len=cfg.mem_len)
     kwargs.update(overrides)
-    model = MemTransformerLM(**kwargs)
-    model.fast = fast
-    return model
+    return MemTransformerLM(**kwargs, impl='auto' if fast else 'reference')
 
 
 class LabmlNNXL(nn.Module):
@@ -192,11 +190,9 @@ def matmul_runner(n: int) -> Callable[[], None]:
 def products_runner(cfg: BenchConfig) -> Callable[[], None]:
     r"""
     Only the products of one evaluation segment of the fast path, at its shapes and with its kernels, with a full
-    memory whose keys and values are kept: per layer $[W_q; W_k; W_v]$ of the segment, the attention (our kernel,
-    `labml_txl.native`; where it is not available, $(Q + v) R^\top$ as one product per head over the batch and SDPA
-    with the position bias), $W_o$ and the two feed-forward layers (oneDNN with prepacked weights,
-    `inference_linear`, adding $u$ to the queries and applying the ReLU as the fast path's products do); then the
-    softmax layer (oneDNN too). Nothing else (no layer norm, residual, copy or memory update outside these kernels).
+    memory whose keys and values are kept: per layer $[W_q; W_k; W_v]$ of the segment, the attention (what
+    `dispatch.attend` runs for it: our kernel where it is available), $W_o$ and the two feed-forward layers (what
+    `dispatch.linear` runs: oneDNN with prepacked weights, the ReLU applied by the product); then the softmax layer. Nothing else (no layer norm, residual, copy or memory update outside these kernels).
     An implementation that computes these products with these kernels on this machine evaluates no faster than this:
     its tokens/s bound the fast path's.
     """
@@ -204,31 +200,23 @@ def products_runner(cfg: BenchConfig) -> Callable[[], None]:
     k, rows = q + m, q * b
     x, x_inner = torch.randn(rows, d), torch.randn(rows, cfg.d_inner)
     heads_q, heads_kv = torch.randn(b, h, q, dh), torch.randn(b, h, k, dh)
-    queries_by_head, table, bias = torch.randn(h, b * q, dh), torch.randn(h, dh, k), torch.randn(b, h, q, k)
-    table_heads, position_bias = torch.randn(h, k + 1, dh), torch.randn(h, dh)
-    w_qkv, b_qkv, w_o = torch.randn(3 * h * dh, d), torch.randn(3 * h * dh), torch.randn(d, h * dh)
-    w_1, b_1 = torch.randn(cfg.d_inner, d), torch.randn(cfg.d_inner)
-    w_2, b_2 = torch.randn(d, cfg.d_inner), torch.randn(d)
-    w_out, b_out = torch.randn(cfg.n_token, d), torch.randn(cfg.n_token)
-
+    terms = RelativeTerms(torch.randn(h, k, dh), torch.randn(h, dh), torch.randn(h, dh))
+    weights = [nn.Parameter(torch.randn(*shape), requires_grad=False)
+               for shape in ((3 * h * dh, d), (d, h * dh), (cfg.d_inner, d), (cfg.d_inner,), (d, cfg.d_inner), (d,),
+                             (cfg.n_token, d), (cfg.n_token,))]
+    w_qkv, w_o, w_1, b_1, w_2, b_2, w_out, b_out = weights
     causal = decoder_causal_mask(q, k)
-
-    def attention():
-        if native.kernel_window(heads_q, table_heads, causal, k, heads_kv, position_bias) is not None:
-            native.causal_relative_attention(heads_q, heads_kv, heads_kv, table_heads, None, position_bias, 0.125)
-        else:
-            torch.bmm(queries_by_head, table)
-            F.scaled_dot_product_attention(heads_q, heads_kv, heads_kv, attn_mask=bias)
 
     def segment():
         with torch.no_grad():
+            plan = Plan.now(x.device)
             for _ in range(cfg.n_layer):
-                inference_linear(x, w_qkv, b_qkv)
-                attention()
-                inference_linear(x, w_o)
-                inference_linear(x, w_1, b_1, relu=True)
-                inference_linear(x_inner, w_2, b_2)
-            inference_linear(x, w_out, b_out)
+                dispatch.linear(plan, x, w_qkv)
+                dispatch.attend(plan, heads_q, heads_kv, heads_kv, scale=dh ** -0.5, masked=causal, terms=terms)
+                dispatch.linear(plan, x, w_o)
+                dispatch.linear(plan, x, w_1, b_1, relu=True)
+                dispatch.linear(plan, x_inner, w_2, b_2)
+            dispatch.linear(plan, x, w_out, b_out)
     return segment
 
 
@@ -446,6 +434,23 @@ def memory_rows(rows: List[Dict]) -> List[List[str]]:
              f"{r['fast']['eval_peak_mib'] / max(r['plain']['eval_peak_mib'], 1e-9):.2f}x"] for r in rows]
 
 
+def dispatch_summary(cfg: BenchConfig) -> str:
+    """What the dispatcher chooses for one training and one evaluation segment of the fast model, and why it
+    refuses the paths before its choice."""
+    model = make_xl(cfg)
+    data = torch.randint(0, cfg.n_token, (cfg.tgt_len, cfg.batch))
+    lines = []
+    for mode in ('train', 'eval'):
+        model.train(mode == 'train')
+        with torch.set_grad_enabled(mode == 'train'), dispatch.recording() as choices:
+            loss, *_ = model(data, data)
+            if mode == 'train':
+                loss.mean().backward()
+        lines.append(f'dispatch in {mode} (calls per segment):')
+        lines += ['  ' + line.strip() for line in dispatch.summary(choices).splitlines()]
+    return '\n'.join(lines)
+
+
 def format_table(rows: List[List[str]]) -> str:
     lines = ['| measurement | value | ratio |', '| --- | ---: | ---: |']
     lines += [f'| {a} | {b} | {c} |' for a, b, c in rows]
@@ -475,6 +480,7 @@ def main():
     lengths = [16, 32] if args.quick else [128, 256, 512, 800]
     mem_lens = [32, 64] if args.quick else [512, 1024, 2048]
     print(f'torch {torch.__version__}, {torch.get_num_threads()} threads, float32; {cfg}')
+    print(dispatch_summary(cfg))
     print(run(cfg, lengths, mem_lens, compile_model=not args.quick and not args.no_compile))
 
 

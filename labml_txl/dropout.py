@@ -33,8 +33,8 @@ pass, which draws the mask again from the seed. Where the kernel does not serve
 (other dtypes, a machine without a compiler, `LABML_TXL_NATIVE=0`) PyTorch draws them as above; the two draw
 different masks from the same seed.
 
-With `fast = False`, on other devices (CUDA's fused dropout is faster) and under `torch.compile` (Inductor has its
-own random numbers) this is `nn.Dropout`.
+On other devices (CUDA's fused dropout is faster) and under `torch.compile` (Inductor has its own random numbers)
+this is `nn.Dropout`; `dispatch.dropout_path` decides, the same whichever `impl` a model computes with.
 
 `relu_dropout_` is $\mathop{dropout}(\max(0, h))$ in place on a fresh product $h$, for a feed-forward layer: the
 same mask from the same draws, no mask kept for the backward pass (the output says where the gradient passes:
@@ -43,6 +43,7 @@ $\partial / \partial h_i = \frac{1}{1-p'}$ where the output is positive, else 0)
 import torch
 from torch import nn
 
+from . import dispatch
 from .native import dropout as native_dropout
 
 
@@ -57,19 +58,12 @@ class Dropout(nn.Dropout):
         any; output the same.
     """
 
-    def __init__(self, p: float = 0.5):
-        super().__init__(p)
-        # False: `nn.Dropout`'s `bernoulli_` mask (the original's computation)
-        self.fast = True
-
-    def draws_own_mask(self, x: torch.Tensor) -> bool:
-        """Whether `forward(x)` draws the 16-bit mask (else it is `nn.Dropout`'s `forward`)."""
-        return (self.training and 0 < _threshold(self.p) < 2 ** 16 and self.fast and x.device.type == 'cpu'
-                and x.is_floating_point() and not torch.compiler.is_compiling())
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.draws_own_mask(x):
+        path = dispatch.dropout_path(self, x, _threshold(self.p))
+        if path == 'nn.Dropout':
             return super().forward(x)
+        if path == 'kernel':
+            return _SeededDropout.apply(x, native_dropout.draw_seed(), _threshold(self.p), _scale(self.p, x.dtype))
         return _Dropout.apply(x, self.p)
 
 
@@ -92,58 +86,77 @@ def _scale(p: float, dtype: torch.dtype) -> float:
 
 
 class _Dropout(torch.autograd.Function):
-    r"""$\frac{m\,x}{1 - p'}$; the backward pass is the same step on the gradient. By the kernel (`native/dropout.py`)
-    where it serves: the mask drawn from a seed, and drawn again from it in the backward pass; else $m$ drawn by
-    PyTorch (`_dropped`) and kept as booleans."""
+    r"""$\frac{m\,x}{1 - p'}$ with $m$ drawn by PyTorch (`_dropped`) and kept as booleans; the backward pass is the
+    same step on the gradient."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, p: float) -> torch.Tensor:
-        scale = _scale(p, x.dtype)
-        ctx.scale, ctx.threshold = scale, _threshold(p)
-        if native_dropout.serves(x):
-            ctx.seed = native_dropout.draw_seed()
-            return native_dropout.dropout(x, ctx.seed, ctx.threshold, scale)
-        ctx.seed = None
+        ctx.scale = _scale(p, x.dtype)
         dropped = _dropped(x.shape, p)
         ctx.save_for_backward(dropped)
         # (`where` rather than `masked_fill`: about a fifth faster on the CPU)
-        return torch.where(dropped, 0.0, x).mul_(scale)
+        return torch.where(dropped, 0.0, x).mul_(ctx.scale)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        if ctx.seed is not None:
-            if torch.is_grad_enabled():
-                # A second derivative is asked for (`create_graph`): the same product, differentiable in `grad`
-                return grad * native_dropout.dropout(torch.ones_like(grad), ctx.seed, ctx.threshold, ctx.scale), None
-            return native_dropout.dropout(grad, ctx.seed, ctx.threshold, ctx.scale), None
         dropped, = ctx.saved_tensors
         return torch.where(dropped, 0.0, grad).mul_(ctx.scale), None
 
 
-class _ReLUDropoutInPlace(torch.autograd.Function):
-    r"""$\mathop{dropout}(\max(0, h))$ written over `h`; backward from the output alone. By the kernel where it serves
-    (the same mask as `_Dropout`'s from the same generator state), else by PyTorch's ops."""
+class _SeededDropout(torch.autograd.Function):
+    r"""$\frac{m\,x}{1 - p'}$ by the kernel (`native/dropout.py`), the mask drawn from `seed` inside the pass; the
+    backward pass is this same function on the gradient (the mask drawn again from the seed), so it is
+    differentiable again where a second derivative is asked for."""
 
     @staticmethod
-    def forward(ctx, h: torch.Tensor, p: float) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, seed: int, threshold: int, scale: float) -> torch.Tensor:
+        ctx.seed, ctx.threshold, ctx.scale = seed, threshold, scale
+        return native_dropout.dropout(x, seed, threshold, scale)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return _SeededDropout.apply(grad, ctx.seed, ctx.threshold, ctx.scale), None, None, None
+
+
+class _ReLUDropoutInPlace(torch.autograd.Function):
+    r"""$\mathop{dropout}(\max(0, h))$ written over `h`; backward from the output alone. By the kernel with `native`
+    (the same mask as `_SeededDropout`'s from the same generator state), else by PyTorch's ops (`_Dropout`'s)."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, p: float, native: bool) -> torch.Tensor:
         scale = _scale(p, h.dtype)
-        ctx.native = native_dropout.serves(h) and h.is_contiguous()
-        if ctx.native:
+        if native:
             native_dropout.relu_dropout_(h, native_dropout.draw_seed(), _threshold(p), scale)
         else:
             torch.where(_dropped(h.shape, p), h.new_zeros(()), h.relu_(), out=h).mul_(scale)
         ctx.mark_dirty(h)
         ctx.save_for_backward(h)
-        ctx.scale = scale
+        ctx.scale, ctx.native = scale, native
         return h
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         out, = ctx.saved_tensors
         # $\frac{1}{1-p'}$ where the output is positive (kept and $h_i > 0$), else 0
-        if ctx.native and not torch.is_grad_enabled():
-            return native_dropout.relu_dropout_backward(grad, out, ctx.scale), None
-        return torch.ops.aten.threshold_backward(grad, out, 0).mul_(ctx.scale), None
+        return _KeptPositive.apply(grad, out, ctx.scale, ctx.native), None, None
+
+
+class _KeptPositive(torch.autograd.Function):
+    r"""`grad * scale` where `out > 0`, else 0 (by the kernel with `native`); linear in `grad`, so its own backward
+    is the same function: a second derivative comes out right."""
+
+    @staticmethod
+    def forward(ctx, grad: torch.Tensor, out: torch.Tensor, scale: float, native: bool) -> torch.Tensor:
+        ctx.save_for_backward(out)
+        ctx.scale, ctx.native = scale, native
+        if native:
+            return native_dropout.relu_dropout_backward(grad, out, scale)
+        return torch.ops.aten.threshold_backward(grad, out, 0).mul_(scale)
+
+    @staticmethod
+    def backward(ctx, grad_grad: torch.Tensor):
+        out, = ctx.saved_tensors
+        return _KeptPositive.apply(grad_grad, out, ctx.scale, ctx.native), None, None, None
 
 
 def relu_dropout_(h: torch.Tensor, dropout: Dropout) -> torch.Tensor:
@@ -155,6 +168,7 @@ def relu_dropout_(h: torch.Tensor, dropout: Dropout) -> torch.Tensor:
     Shape:
         any; returns `h`.
     """
-    if not dropout.draws_own_mask(h):
+    path = dispatch.dropout_path(dropout, h, _threshold(dropout.p))
+    if path == 'nn.Dropout':
         return dropout(torch.relu_(h))
-    return _ReLUDropoutInPlace.apply(h, dropout.p)
+    return _ReLUDropoutInPlace.apply(h, dropout.p, path == 'kernel' and h.is_contiguous())

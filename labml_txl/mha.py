@@ -8,21 +8,24 @@ $$\mathop{Attention}(Q, K, V) = \underset{seq}{\mathop{softmax}}\Bigl(\frac{Q K^
 computed in $h$ heads of $d_k = d_{model} / h$ features, each with its own projections of the query, key and
 value, then concatenated and projected back to $d_{model}$.
 
-Two paths compute the same thing: the default runs `torch.nn.functional.scaled_dot_product_attention`
-(fused kernels where PyTorch has them); the explicit path below it spells out the formula and can return the
-attention weights.
+The scores $A_{i,j}$ come from one hook, `get_scores` (labml_nn's), so that a positional scheme is a subclass
+that overrides it (`docs/attention.md` works one through). How the attention is computed is `dispatch.attend`'s
+choice: `scaled_dot_product_attention` where it serves, else the head-major composite, or the readable reference
+(`impl='reference'`, or a `get_scores` of a subclass's own, which only the reference calls).
 """
 import math
 from typing import Optional, Tuple, Union
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
-from .attention_mask import check_mask, to_batch_head_mask
+from . import dispatch
+from .attention_heads import split_heads
+from .attention_mask import check_mask, masked_keys
+from .dispatch import Plan, RelativeTerms, check_impl
 from .dropout import Dropout
 from .errors import require_bool, require_positive_int, require_probability
-from .relative_attention import from_heads, masked_softmax_heads
+from .relative_attention import dot_product_scores
 
 
 def check_heads(heads: int, d_model: int) -> int:
@@ -45,6 +48,8 @@ class MultiHeadAttention(nn.Module):
         d_model: number of features of queries, keys and values; divisible by `heads`.
         dropout_prob: dropout on the attention weights.
         bias: whether the projections have biases.
+        impl: `'auto'` (the dispatcher picks the fastest implementation that serves each call) or `'reference'`
+            (the readable specification, `relative_attention.py`).
 
     Shape:
         `query` `[seq_q, batch, d_model]`, `key` and `value` `[seq_k, batch, d_model]`,
@@ -53,7 +58,8 @@ class MultiHeadAttention(nn.Module):
         `[seq_q, seq_k, batch, heads]`.
     """
 
-    def __init__(self, heads: int, d_model: int, dropout_prob: float = 0.1, bias: bool = True):
+    def __init__(self, heads: int, d_model: int, dropout_prob: float = 0.1, bias: bool = True, *,
+                 impl: str = 'auto'):
         super().__init__()
         self.d_k = check_heads(heads, d_model)
         require_probability('dropout_prob', dropout_prob)
@@ -68,6 +74,7 @@ class MultiHeadAttention(nn.Module):
         self.dropout = Dropout(dropout_prob)
         # $\frac{1}{\sqrt{d_k}}$
         self.scale = 1 / math.sqrt(self.d_k)
+        self.impl = check_impl(impl)
 
     def _check_inputs(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       mask: Optional[torch.Tensor]) -> Tuple[int, int]:
@@ -83,35 +90,40 @@ class MultiHeadAttention(nn.Module):
         check_mask(mask, seq_q, key.shape[0], batch_size)
         return seq_q, batch_size
 
-    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """`[seq, batch, d_model]` to the head-major `[batch, heads, seq, d_k]`."""
-        seq_len, batch_size, _ = x.shape
-        return x.view(seq_len, batch_size, self.heads, self.d_k).permute(1, 2, 0, 3)
+    @dispatch.scores_from_terms
+    def get_scores(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        r"""
+        The hook for the scores: $A_{i,j} = q_i^\top k_j$, before the scale $1/\sqrt{d_k}$ and the softmax.
+
+        Override it for another positional scheme (labml_nn's `get_scores`); the reference path then calls the
+        override. Where the scores are this formula plus position terms that `position_terms` describes, the
+        faster implementations compute them without calling it.
+
+        Shape:
+            `query` `[seq_q, batch, heads, d_k]`, `key` `[seq_k, batch, heads, d_k]`; returns
+            `[seq_q, seq_k, batch, heads]`.
+        """
+        return dot_product_scores(query, key)
+
+    def position_terms(self, plan: Plan, seq_q: int, seq_k: int, like: torch.Tensor) -> Optional[RelativeTerms]:
+        """The relative position terms that `get_scores` adds to $q_i^\top k_j$, for the fast implementations; None
+        here (no positions in the attention)."""
+        return None
 
     def forward(self, *, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 mask: Optional[torch.Tensor] = None,
                 need_weights: bool = False) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
         seq_q, batch_size = self._check_inputs(query, key, value, mask)
-
-        q = self._split_heads(self.query(query))
-        k = self._split_heads(self.key(key))
-        v = self._split_heads(self.value(value))
-        attn_mask = to_batch_head_mask(mask)
-
-        if need_weights:
-            # $\frac{Q K^\top}{\sqrt{d_k}}$, `[batch, heads, seq_q, seq_k]`
-            scores = torch.matmul(q, k.transpose(-2, -1)) * self.scale
-            # $\mathop{softmax}$ over the keys that may be attended to (a row with none gets zero weights)
-            weights = self.dropout(masked_softmax_heads(scores, None if attn_mask is None else ~attn_mask))
-            # $\cdot V$
-            x = torch.matmul(weights, v)
-        else:
-            dropout_p = self.dropout_prob if self.training else 0.0
-            x = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
-            weights = None
-
-        # Concatenate the heads: `[batch, heads, seq_q, d_k]` to `[seq_q, batch, d_model]`
-        output = self.output(from_heads(x))
-        if need_weights:
-            return output, weights.permute(2, 3, 0, 1)
-        return output
+        plan = Plan.now(query.device, self.impl)
+        # `[batch, heads, seq, d_k]` views of the projections
+        q, k, v = (split_heads(proj(x), self.heads) for proj, x in ((self.query, query), (self.key, key),
+                                                                     (self.value, value)))
+        get_scores = type(self).get_scores
+        own_scores = None if getattr(get_scores, 'scores_from_terms', False) else self.get_scores
+        # $\mathop{softmax}_j(A_{i,j} / \sqrt{d_k})\, v_j$ over the keys that may be attended to, heads
+        # concatenated; a query with none attends to nothing (zero weights)
+        x, weights = dispatch.attend(plan, q, k, v, scale=self.scale, masked=masked_keys(mask),
+                                     terms=self.position_terms(plan, seq_q, key.shape[0], q), get_scores=own_scores,
+                                     dropout=self.dropout, need_weights=need_weights)
+        output = self.output(x)
+        return (output, weights) if need_weights else output

@@ -7,8 +7,12 @@ $$PE_{p, 2i} = \sin\Bigl(\frac{p}{10000^{2i/d_{model}}}\Bigr), \qquad
   PE_{p, 2i + 1} = \cos\Bigl(\frac{p}{10000^{2i/d_{model}}}\Bigr)$$
 
 so sine and cosine of each frequency sit side by side, which needs an even $d_{model}$.
+
+Transformer-XL encodes *distances* with the same frequencies, sines and cosines concatenated rather than
+interleaved (`sinusoidal_embeddings`), for the distances of its relative table (`relative_distances`).
 """
 import math
+from typing import Optional
 
 import torch
 
@@ -39,3 +43,50 @@ def get_positional_encoding(d_model: int, max_len: int = 5000) -> torch.Tensor:
     # $PE_{p,2i+1} = \cos(p / 10000^{2i/d_{model}})$
     encodings[:, 1::2] = torch.cos(position * inverse_frequency)
     return encodings.unsqueeze(1)
+
+
+def sinusoid_inverse_frequencies(d_model: int, dtype: torch.dtype = torch.float32,
+                                 device: Optional[torch.device] = None) -> torch.Tensor:
+    r"""
+    The frequencies $1 / 10000^{2i / d_{model}}$ of the sinusoidal embeddings, `[d_model / 2]`.
+
+    `d_model` must be a positive even integer (a sine and a cosine per frequency).
+    """
+    if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 2 or d_model % 2 != 0:
+        raise ValueError(f"d_model={d_model!r} is not accepted for sinusoidal position embeddings: "
+                         f"they pair a sine and a cosine per frequency, so d_model must be a positive even integer")
+    # $\frac{1}{10000^{2i/d}}$ for $i = 0 .. d/2 - 1$, computed as the original does
+    return 1 / (10000 ** (torch.arange(0.0, d_model, 2.0, dtype=dtype, device=device) / d_model))
+
+
+def sinusoidal_embeddings(positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    r"""
+    Sinusoidal embeddings $R_p = [\sin(p \omega_0), \dots, \sin(p \omega_{d/2-1}),
+    \cos(p \omega_0), \dots, \cos(p \omega_{d/2-1})]$ of the (possibly negative) `positions`.
+
+    Sines and cosines are concatenated (Transformer-XL's layout), not interleaved.
+
+    Shape:
+        `positions` `[L]`, `inv_freq` `[d / 2]`; returns `[L, d]` in the dtype of `positions`.
+    """
+    # $p \omega_i$, `[L, d / 2]`
+    angles = torch.outer(positions, inv_freq.to(positions.dtype))
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)
+
+
+def relative_distances(qlen: int, klen: int, *, bidirectional: bool, clamp_len: int = -1,
+                       dtype: torch.dtype = torch.float32, device: Optional[torch.device] = None) -> torch.Tensor:
+    r"""
+    The distances of the relative table, in descending order.
+
+    * `bidirectional=False` (decoder): $k - 1, k - 2, \dots, 0$ (`[klen]`): queries never look ahead.
+    * `bidirectional=True` (encoder): $k - 1, \dots, 0, \dots, -(q - 1)$ (`[klen + qlen - 1]`): every query
+      against every key, when the queries are the last `qlen` of the `klen` positions.
+
+    `clamp_len > 0` clips the magnitude of every distance at `clamp_len` (the original's `clamp_len`).
+    """
+    end = -qlen if bidirectional else -1
+    distances = torch.arange(klen - 1, end, -1.0, dtype=dtype, device=device)
+    if clamp_len > 0:
+        distances = distances.clamp(min=-clamp_len, max=clamp_len)
+    return distances

@@ -7,7 +7,7 @@ CPU calls MKL's `sgemm`, which repacks $W$ on every call. PyTorch also ships one
 its kernels read, and `mkldnn::_linear_pointwise` multiplies by the packed weight, faster at the Transformer-XL
 benchmark's shapes (`docs/performance.md` has the figures).
 
-`inference_linear` uses it where that is safe and pays: without gradients (the op has no backward), float32 on
+`dispatch.linear` uses it where that is safe and pays: without gradients (the op has no backward), float32 on
 the CPU, outside autocast and `torch.compile`, with at least two rows (a single row is a matrix-vector product,
 which `F.linear` does faster). A packed weight is kept per weight tensor while its version counter is unchanged
 (an optimizer step or `load_state_dict` bumps it; `parameter_versions.py` for fused optimizers), so it is packed
@@ -52,12 +52,9 @@ def _check_available() -> bool:
     return works
 
 
-def _usable(x: torch.Tensor, weight: torch.Tensor) -> bool:
+def available() -> bool:
+    """Whether oneDNN's linear ops work in this PyTorch (checked on the first call)."""
     global _available
-    if (torch.is_grad_enabled() or x.device.type != 'cpu' or x.dtype != torch.float32
-            or weight.dtype != torch.float32 or x.dim() < 2 or x.numel() < 2 * x.shape[-1]
-            or torch.is_autocast_enabled('cpu') or torch.compiler.is_compiling()):
-        return False
     if _available is None:
         _available = _check_available()
     return _available
@@ -75,19 +72,16 @@ def _packed_weight(weight: torch.Tensor, rows: int) -> torch.Tensor:
     return entry[1]
 
 
-def inference_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+def prepacked_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
                      relu: bool = False) -> torch.Tensor:
     r"""
-    $x W^\top + b$ as `F.linear` (and $\max(0, \cdot)$ of it with `relu`); without gradients on the CPU in float32,
-    through oneDNN with `weight` prepacked, the bias and the ReLU applied by the product as it writes its output.
+    $x W^\top + b$ (and $\max(0, \cdot)$ of it with `relu`) through oneDNN with `weight` prepacked, the bias and the
+    ReLU applied by the product as it writes its output. No gradient: call where `dispatch.linear` chooses it.
 
     Shape:
         `x` `[..., in_features]`, `weight` `[out_features, in_features]`, `bias` `[out_features]` or None;
         returns `[..., out_features]`.
     """
-    if not _usable(x, weight):
-        y = F.linear(x, weight, bias)
-        return torch.relu_(y) if relu else y
     rows = x.numel() // x.shape[-1]
     y = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]).contiguous(), _packed_weight(weight, rows),
                                            bias, 'relu' if relu else 'none', [], '')

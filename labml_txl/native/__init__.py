@@ -1,9 +1,7 @@
 """Kernels of our own in C++, compiled on first use for the machine they run on (`build.py`), each with the
-PyTorch path it replaces as the fallback."""
+PyTorch path it replaces as the fallback; `labml_txl/dispatch.py` decides which runs."""
 from . import attention, dropout, layer_norm
-from .attention import causal_relative_attention, kernel_window
 from .build import DISABLE_VARIABLE, disabled, load_kernel, native_kernels_enabled
-from .layer_norm import residual_layer_norm
 
 
 def prepare_kernels() -> bool:
@@ -13,5 +11,4 @@ def prepare_kernels() -> bool:
                                              dropout.kernel_available()])
 
 
-__all__ = ['DISABLE_VARIABLE', 'disabled', 'load_kernel', 'native_kernels_enabled', 'prepare_kernels',
-           'causal_relative_attention', 'kernel_window', 'residual_layer_norm']
+__all__ = ['DISABLE_VARIABLE', 'disabled', 'load_kernel', 'native_kernels_enabled', 'prepare_kernels']

@@ -9,8 +9,8 @@ $$\mathit{out}_i = \sum_{j \in J_i} \mathop{softmax}_j\bigl(\mathit{scale} \cdot
   A_{i,j} = (q_i + a)^\top k_j + (q_i + b)^\top r_{s} + c_{s}, \quad s = j + q - 1 - i$$
 
 with the content bias $a$ ($u$), the position bias $b$ ($v$) and attention type 1's per-entry bias $c$ each
-optional. PyTorch's fastest path for it (`relative_attention_sdpa`, with `CausalPositionBias` under the causal
-mask) computes the position terms of every query against every table entry into a buffer, `[batch, heads, qlen,
+optional. PyTorch's fastest path for it (SDPA with the position terms as its bias, `dispatch.py`) computes the
+position terms of every query against every table entry into a buffer, `[batch, heads, qlen,
 klen]` of them written to memory, and SDPA then reads them back as a bias and multiplies the full $q \times k$
 products, masked keys included. The kernel (`causal_relative_attention.cpp`) works per block of 32 queries of
 one head:
@@ -27,46 +27,33 @@ In training the forward pass also keeps the weights, and the backward pass walks
 gradient $dO\, V^\top$, the scores' $G = \mathit{scale} \cdot w \odot (dw - \sum_j w\, dw)$ in one pass per row,
 then $G K$, $G^\top (Q + a)$, $w^\top dO$ and, with $G$ shifted back to table entries by the same per-row offset,
 the table's and the biases' gradients; the masked future is skipped there too, and nothing of the shape
-`[batch, heads, qlen, klen + 1]` is zero-filled or copied. PyTorch's path for training (`_DecoderRelativeWeights`
-and a `matmul` with the values) took 17.0 ms for forward and backward of the benchmark's layer, the kernel 9.7 ms
-(one comparison in one process).
+`[batch, heads, qlen, klen + 1]` is zero-filled or copied.
 
 Its products are PyTorch's `brgemm` (or BLAS's `sgemm` where PyTorch lacks it), its `exp` a polynomial the
-compiler vectorises (within 1.4 ulp). On the benchmark's layer (batch 8, 4 heads of 64, 128 queries behind 128
-keys) inference took 2.2 to 2.4 ms against 3.8 to 4.1 ms for the PyTorch path, in comparisons in one process
-(`experiments/benchmark.py` measures the model with and without it). The results and gradients agree with the
-plain computation to float rounding (tested at 1e-5).
-
-It runs where `kernel_window` says it serves the call (float32 CPU tensors, outside autocast and `torch.compile`,
-exactly a `decoder_window_mask`) and where it could be built and passed its first check against the PyTorch path;
-elsewhere the callers run that path. The layers leave training with attention dropout to that path.
+compiler vectorises (within 1.4 ulp). Its first check compares it, forward and backward, with the reference
+(`relative_attention.py`); `dispatch.py` decides where it runs (float32 CPU tensors, outside autocast and
+`torch.compile`, exactly a `decoder_window_mask`, no attention dropout). `docs/performance.md` has its timings.
 """
 from typing import Optional
 
 import torch
 from torch.autograd.function import once_differentiable
-from torch.nn import functional as F
 
-from ..relative_attention import decoder_key_window, decoder_window_mask
-from .build import checked_kernel, first_result_matches, native_kernels_enabled
+from ..attention_mask import decoder_window_mask
+from ..relative_attention import attention, relative_attention_scores
+from .build import checked_kernel, first_result_matches
 
 # Queries per block: 32 and 64 ran alike on the benchmark's layer, 16 and 128 slower
 QUERY_BLOCK = 32
 
 
 def _reference(q, k, values, table, content_bias, position_bias, entry_bias, scale, window):
-    """The computation written out in PyTorch, `[qlen, batch, heads, d_head]`, for the first check."""
+    """`relative_attention.py`'s computation of what the kernel computes, `[qlen, batch, heads, d_head]`."""
     qlen, klen = q.shape[-2], k.shape[-2]
-    q_a = q if content_bias is None else q + content_bias[:, None]
-    q_b = q if position_bias is None else q + position_bias[:, None]
-    # Entry $s = j + q - 1 - i$ of the table for query $i$ and key $j$
-    entry = (torch.arange(klen)[None, :] + (qlen - 1) - torch.arange(qlen)[:, None]).clamp(max=table.shape[-2] - 1)
-    positions = (q_b @ table.transpose(-1, -2)).gather(-1, entry.expand(*q.shape[:2], -1, -1))
-    if entry_bias is not None:
-        positions = positions + entry_bias[:, entry]
-    scores = ((q_a @ k.transpose(-1, -2)) + positions) * scale
-    weights = F.softmax(scores.masked_fill(decoder_window_mask(qlen, klen, window), float('-inf')), dim=-1)
-    return (weights @ values).permute(2, 0, 1, 3)
+    q, k, values = (t.permute(2, 0, 1, 3) for t in (q, k, values))
+    scores = relative_attention_scores(q, k, table.transpose(0, 1), content_bias, position_bias,
+                                       None if entry_bias is None else entry_bias.transpose(0, 1))
+    return attention(scores, values, decoder_window_mask(qlen, klen, window), scale)[0]
 
 
 def _check(module) -> bool:
@@ -113,23 +100,6 @@ def kernel_available() -> bool:
     return checked_kernel('causal_relative_attention', _check) is not None
 
 
-def kernel_window(q: torch.Tensor, table: torch.Tensor, masked: Optional[torch.Tensor], klen: int,
-                  *tensors: Optional[torch.Tensor]) -> Optional[int]:
-    """The number of keys up to its own position that each query sees, where `causal_relative_attention` serves
-    the call of queries `q` over `klen` keys, else None; `tensors` are its other inputs (keys, values, biases;
-    None for one not given). It serves: kernels enabled (`native_kernels_enabled`), float32 CPU tensors (with or
-    without gradients), outside autocast and `torch.compile`, a table with at least `klen` entries, `masked` exactly a
-    `decoder_window_mask` (the decoder's causal mask, or `same_length`'s), and the kernel available (built on the
-    first call that gets this far)."""
-    tensors = [q, table] + [t for t in tensors if t is not None]
-    if not (native_kernels_enabled() and not torch.compiler.is_compiling()
-            and not torch.is_autocast_enabled('cpu') and q.dim() == 4 and table.shape[-2] >= klen
-            and all(t.device.type == 'cpu' and t.dtype == torch.float32 for t in tensors)):
-        return None
-    window = decoder_key_window(masked, q.shape[-2], klen)
-    return window if window is not None and kernel_available() else None
-
-
 class _CausalRelativeAttention(torch.autograd.Function):
     r"""The kernel's forward pass, keeping the softmax weights $w$ `[batch, heads, qlen, klen]`, and its backward pass
     (`causal_relative_attention.cpp`: from the output's gradient $dO$, $G = \mathit{scale} \cdot w \odot (dO V^\top -
@@ -164,15 +134,14 @@ class _CausalRelativeAttention(torch.autograd.Function):
 def causal_relative_attention(q: torch.Tensor, k: torch.Tensor, values: torch.Tensor, table: torch.Tensor,
                               content_bias: Optional[torch.Tensor], position_bias: Optional[torch.Tensor],
                               scale: float, entry_bias: Optional[torch.Tensor] = None, window: Optional[int] = None,
-                              k_memory: Optional[torch.Tensor] = None,
-                              values_memory: Optional[torch.Tensor] = None) -> torch.Tensor:
+                              k_memory: Optional[torch.Tensor] = None, values_memory: Optional[torch.Tensor] = None,
+                              needs_grad: bool = False) -> torch.Tensor:
     r"""
     $\sum_j \mathop{softmax}_j(\mathit{scale} \cdot A_{i,j}) v_j$ over the `window` keys up to each query's own
-    position (None: all of them, the decoder's causal mask), by the kernel (call only where `kernel_window` gives
-    the window). The keys and values are `k_memory` followed by `k` and `values_memory` followed by `values`
+    position (None: all of them, the decoder's causal mask), by the kernel (where `dispatch.attend` chooses it). The keys and values are `k_memory` followed by `k` and `values_memory` followed by `values`
     (both memory parts None: `k` and `values` are all of them): without gradients the kernel reads the two parts
-    where they are, so they need not be concatenated. Where an input requires a gradient, the forward pass keeps
-    the attention weights (`[batch, heads, qlen, klen]`, float32) for the kernel's backward pass.
+    where they are, so they need not be concatenated. With `needs_grad` (an input requires a gradient and autograd
+    records), the forward pass keeps the attention weights (`[batch, heads, qlen, klen]`, float32) for the kernel's backward pass.
 
     Shape:
         `q` `[batch, heads, qlen, d_head]`, `k`, `values` `[batch, heads, len, d_head]`, `k_memory`,
@@ -192,8 +161,7 @@ def causal_relative_attention(q: torch.Tensor, k: torch.Tensor, values: torch.Te
     def contiguous(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
         return None if t is None else t.contiguous()
 
-    inputs = (q, k_memory, values_memory, k, values, table, content_bias, position_bias, entry_bias)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
+    if needs_grad:
         if k_memory is not None:
             k, values = torch.cat([k_memory, k], -2), torch.cat([values_memory, values], -2)
         out = _CausalRelativeAttention.apply(rows(q), rows(k), rows(values), rows(table), contiguous(content_bias),

@@ -21,7 +21,7 @@ the kernel and PyTorch's path draw different masks from the same seed (as both d
 
 import torch
 
-from .build import checked_kernel, first_result_matches, native_kernels_enabled
+from .build import checked_kernel, first_result_matches
 
 # SplitMix64's constants (unsigned 64-bit), as the kernel has them
 _GOLDEN, _MIX_1, _MIX_2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
@@ -63,20 +63,13 @@ def kernel_available() -> bool:
     return checked_kernel('dropout', _check) is not None
 
 
-def serves(x: torch.Tensor) -> bool:
-    """Whether the kernel draws and applies the mask of `x`: kernels enabled, a float32 CPU tensor, outside
-    `torch.compile`, and the kernel available."""
-    return (native_kernels_enabled() and x.device.type == 'cpu' and x.dtype == torch.float32
-            and not torch.compiler.is_compiling() and kernel_available())
-
-
 def draw_seed() -> int:
     """A seed for one mask from PyTorch's default generator (63 bits)."""
     return int(torch.empty((), dtype=torch.int64).random_())
 
 
 def dropout(x: torch.Tensor, seed: int, threshold: int, scale: float) -> torch.Tensor:
-    """0 where $u_e < t$ (`threshold`), else $x_e \\cdot$ `scale`: a new tensor (call where `serves(x)`)."""
+    """0 where $u_e < t$ (`threshold`), else $x_e \\cdot$ `scale`: a new tensor (where `dispatch.dropout_path` chooses the kernel)."""
     return checked_kernel('dropout', _check).dropout(x.contiguous(), seed, threshold, scale)
 
 
@@ -91,5 +84,5 @@ def relu_dropout_backward(grad: torch.Tensor, out: torch.Tensor, scale: float) -
     return checked_kernel('dropout', _check).relu_dropout_backward(grad.contiguous(), out, scale)
 
 
-__all__ = ['kernel_available', 'serves', 'draw_seed', 'dropout', 'relu_dropout_', 'relu_dropout_backward',
+__all__ = ['kernel_available', 'draw_seed', 'dropout', 'relu_dropout_', 'relu_dropout_backward',
            'reference_draws']

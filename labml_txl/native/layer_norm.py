@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .build import checked_kernel, first_result_matches, native_kernels_enabled
+from .build import checked_kernel, first_result_matches
 
 
 def _check(module) -> bool:
@@ -31,18 +31,8 @@ def kernel_available() -> bool:
 
 
 def residual_layer_norm(residual: torch.Tensor, x: torch.Tensor, layer_norm: nn.LayerNorm) -> torch.Tensor:
-    r"""
-    $\mathop{LN}(\mathit{residual} + x)$ with `layer_norm`'s parameters: by the kernel where it serves (no gradient,
-    float32 CPU tensors of one shape, contiguous, an affine `LayerNorm` over the last axis, outside autocast and
-    `torch.compile`), else `layer_norm(residual + x)`.
-    """
-    weight, bias = layer_norm.weight, layer_norm.bias
-    if (native_kernels_enabled() and not torch.is_grad_enabled() and not torch.compiler.is_compiling()
-            and not torch.is_autocast_enabled('cpu') and weight is not None and bias is not None
-            and len(layer_norm.normalized_shape) == 1 and x.shape == residual.shape
-            and all(t.device.type == 'cpu' and t.dtype == torch.float32 and t.is_contiguous()
-                    for t in (x, residual, weight, bias))):
-        module = checked_kernel('residual_layer_norm', _check)
-        if module is not None:
-            return module.residual_layer_norm(x, residual, weight, bias, layer_norm.eps)
-    return layer_norm(residual + x)
+    r"""$\mathop{LN}(\mathit{residual} + x)$ with `layer_norm`'s parameters by the kernel (where `dispatch.py`
+    chooses it: no gradient, float32 CPU tensors of one shape, contiguous, an affine `LayerNorm` over the last
+    axis)."""
+    module = checked_kernel('residual_layer_norm', _check)
+    return module.residual_layer_norm(x, residual, layer_norm.weight, layer_norm.bias, layer_norm.eps)

@@ -25,7 +25,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..prepacked_linear import inference_linear
+from .. import dispatch
+from ..dispatch import Plan
 from .checks import check_adaptive, cluster_embedding_sizes
 
 
@@ -49,9 +50,6 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
         self.cutoffs: List[int] = check_adaptive(n_token, d_embed, d_proj, cutoffs, div_val)
         self.cutoff_ends: List[int] = [0] + self.cutoffs
         self.n_token, self.d_embed, self.d_proj, self.div_val = n_token, d_embed, d_proj, div_val
-        # Without gradients, the products through oneDNN with prepacked weights (`prepacked_linear.py`);
-        # `MemTransformerLM.fast` sets it
-        self.fast = True
         self.shortlist_size = self.cutoffs[0]
         self.n_clusters = len(self.cutoffs) - 1
         self.head_size = self.shortlist_size + self.n_clusters
@@ -78,15 +76,13 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
         """$P_i$, or None when there are no projections."""
         return self.out_projs[i] if len(self.out_projs) > 0 else None
 
-    def _compute_logit(self, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+    def _compute_logit(self, plan: Plan, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                        proj: Optional[torch.Tensor]) -> torch.Tensor:
         if proj is not None:
             # $h P_i$
             hidden = F.linear(hidden, proj.t())
-        # A parameter as it is (not a slice or a concatenation, new at every call) is packed once for oneDNN
-        linear = inference_linear if self.fast and isinstance(weight, nn.Parameter) else F.linear
         # $(h P_i) W_i^\top + b_i$
-        return linear(hidden, weight, bias)
+        return dispatch.linear(plan, hidden, weight, bias)
 
     def _cluster_params(self, i: int) -> Tuple[torch.Tensor, torch.Tensor]:
         """$W_i$ and $b_i$ of cluster `i`; the head's include the cluster entries."""
@@ -106,22 +102,23 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
             raise ValueError(f"hidden of shape {list(hidden.shape)} is not accepted: expected [N, d_proj] "
                              f"with d_proj={self.d_proj}")
 
-    def forward(self, hidden: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    def forward(self, hidden: torch.Tensor, target: torch.Tensor, *, plan: Optional[Plan] = None) -> torch.Tensor:
         self._check(hidden)
+        plan = Plan.now(hidden.device) if plan is None else plan
         if target.shape != hidden.shape[:1]:
             raise ValueError(f"target of shape {list(target.shape)} is not accepted: expected [N] = "
                              f"[{hidden.shape[0]}], one id per row of hidden")
         if self.n_clusters == 0:
-            logit = self._compute_logit(hidden, self.out_layers[0].weight, self.out_layers[0].bias, self._proj(0))
+            logit = self._compute_logit(plan, hidden, self.out_layers[0].weight, self.out_layers[0].bias, self._proj(0))
             # $-\log p(w \mid h)$
             return -F.log_softmax(logit, dim=-1).gather(1, target[:, None]).squeeze(1)
 
-        if torch.compiler.is_compiling():
+        if plan.compiling:
             # No data-dependent shapes under `torch.compile`: every cluster for every row, then the target's
-            return -self.log_prob(hidden).gather(1, target[:, None]).squeeze(1)
+            return -self.log_prob(hidden, plan=plan).gather(1, target[:, None]).squeeze(1)
         head_weight, head_bias = self._cluster_params(0)
         # $\log p_{head}(\cdot \mid h)$, `[N, shortlist + n_clusters]`
-        head_logprob = F.log_softmax(self._compute_logit(hidden, head_weight, head_bias, self._proj(0)), dim=1)
+        head_logprob = F.log_softmax(self._compute_logit(plan, hidden, head_weight, head_bias, self._proj(0)), dim=1)
         nll = hidden.new_zeros(target.shape)
         for i in range(len(self.cutoffs)):
             l_idx, r_idx = self.cutoff_ends[i], self.cutoff_ends[i + 1]
@@ -136,33 +133,35 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
             else:
                 weight_i, bias_i = self._cluster_params(i)
                 hidden_i = hidden.index_select(0, indices_i)
-                tail_logprob_i = F.log_softmax(self._compute_logit(hidden_i, weight_i, bias_i, self._proj(i)), dim=1)
+                tail_logprob_i = F.log_softmax(self._compute_logit(plan, hidden_i, weight_i, bias_i, self._proj(i)), dim=1)
                 # $\log p_{head}(\text{cluster } i \mid h) + \log p_i(w \mid h)$
                 logprob_i = head_logprob_i[:, -i] + tail_logprob_i.gather(1, target_i[:, None]).squeeze(1)
             # Back to the positions these targets came from
             nll = nll.index_copy(0, indices_i, -logprob_i)
         return nll
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def logits(self, hidden: torch.Tensor, *, plan: Optional[Plan] = None) -> torch.Tensor:
         """Scores whose softmax is $p(\\cdot \\mid h)$, `[N, n_token]`: the logits of a plain softmax; with tail
         clusters (no single logit per word) the log-probabilities, which have the same softmax."""
         if self.n_clusters > 0:
-            return self.log_prob(hidden)
+            return self.log_prob(hidden, plan=plan)
         self._check(hidden)
-        return self._compute_logit(hidden, self.out_layers[0].weight, self.out_layers[0].bias, self._proj(0))
+        plan = Plan.now(hidden.device) if plan is None else plan
+        return self._compute_logit(plan, hidden, self.out_layers[0].weight, self.out_layers[0].bias, self._proj(0))
 
-    def log_prob(self, hidden: torch.Tensor) -> torch.Tensor:
+    def log_prob(self, hidden: torch.Tensor, *, plan: Optional[Plan] = None) -> torch.Tensor:
         """Full log-probabilities $\\log p(w \\mid h)$ of every word, `[N, n_token]`."""
         self._check(hidden)
+        plan = Plan.now(hidden.device) if plan is None else plan
         if self.n_clusters == 0:
-            logit = self._compute_logit(hidden, self.out_layers[0].weight, self.out_layers[0].bias, self._proj(0))
+            logit = self._compute_logit(plan, hidden, self.out_layers[0].weight, self.out_layers[0].bias, self._proj(0))
             return F.log_softmax(logit, dim=-1)
         head_weight, head_bias = self._cluster_params(0)
-        head_logprob = F.log_softmax(self._compute_logit(hidden, head_weight, head_bias, self._proj(0)), dim=1)
+        head_logprob = F.log_softmax(self._compute_logit(plan, hidden, head_weight, head_bias, self._proj(0)), dim=1)
         out = [head_logprob[:, :self.shortlist_size]]
         for i in range(1, len(self.cutoffs)):
             weight_i, bias_i = self._cluster_params(i)
-            tail_logprob_i = F.log_softmax(self._compute_logit(hidden, weight_i, bias_i, self._proj(i)), dim=1)
+            tail_logprob_i = F.log_softmax(self._compute_logit(plan, hidden, weight_i, bias_i, self._proj(i)), dim=1)
             # $\log p_{head}(\text{cluster } i \mid h) + \log p_i(\cdot \mid h)$
             out.append(head_logprob[:, -i, None] + tail_logprob_i)
         return torch.cat(out, dim=1)

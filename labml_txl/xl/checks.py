@@ -45,9 +45,11 @@ def cluster_embedding_sizes(d_embed: int, div_val: int, n_clusters: int) -> list
     return sizes
 
 
-def check_tokens(name: str, tokens: torch.Tensor, n_token: int) -> None:
+def check_tokens(name: str, tokens: torch.Tensor, n_token: int, check_values: bool = True) -> None:
     """`TypeError` / `ValueError` / `IndexError` unless `tokens` is a 2-D tensor of ids in `[0, n_token)`, of dtype
-    `torch.long` or `torch.int32` (what an embedding takes: uint8 and bool ids are refused, not read as indices)."""
+    `torch.long` or `torch.int32` (what an embedding takes: uint8 and bool ids are refused, not read as indices).
+    `check_values=False` leaves out the range check, which reads the values (a host synchronisation, a graph break
+    under `torch.compile`): a compiled model should be checked once eagerly on data of the same source."""
     if not isinstance(tokens, torch.Tensor):
         raise TypeError(f"{name} must be a LongTensor [seq_len, batch] of token ids, got {type(tokens).__name__}")
     if tokens.dtype not in (torch.long, torch.int32):
@@ -56,9 +58,7 @@ def check_tokens(name: str, tokens: torch.Tensor, n_token: int) -> None:
     if tokens.dim() != 2 or tokens.shape[0] == 0 or tokens.shape[1] == 0:
         raise ValueError(f"{name} of shape {list(tokens.shape)} is not accepted: expected a non-empty "
                          f"[seq_len, batch] tensor of token ids")
-    if torch.compiler.is_compiling():
-        # The range check reads the values (a host synchronisation, a graph break under `torch.compile`): it runs
-        # in eager mode only. A compiled model should be checked once eagerly on data of the same source.
+    if not check_values:
         return
     outside = (tokens < 0) | (tokens >= n_token)
     if bool(outside.any()):

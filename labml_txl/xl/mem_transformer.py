@@ -46,16 +46,17 @@ every segment; its reference files for 2 and 3 use no memory.)
 
 With `same_length`, every query attends to the same number (`mem_len`) of keys, as the paper's evaluation does.
 """
-from contextlib import contextmanager
 from typing import List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..attention_mask import decoder_window_mask
+from ..dispatch import Plan, check_impl
 from ..dropout import Dropout
 from ..errors import require_bool, require_positive_int, require_probability
-from ..relative_attention import CausalPositionBias, decoder_window_mask, relative_distances
+from ..positional_encoding import relative_distances
 from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
 from .checks import check_cutoffs, check_lengths, check_tokens
@@ -65,7 +66,6 @@ from .layers import DecoderLayer, RelLearnableDecoderLayer, RelPartialLearnableD
 from .log_uniform_sampler import LogUniformSampler, sample_logits
 from .positional_embedding import PositionalEmbedding
 from .rel_learnable_attn import last_rows
-from .rel_partial_learnable_attn import RelPartialLearnableMultiHeadAttn
 
 ATTN_TYPES = (0, 1, 2, 3)
 
@@ -107,18 +107,13 @@ class MemTransformerLM(nn.Module):
             nothing in float32 or lower precision; in float64 it reproduces the original's numbers to the last
             bits (the reference tests use it) at the cost of float32 rounding. Off by default.
 
-    Attributes:
-        fast: (new) True (the default) runs the fast paths: head-major attention, the shift as a view,
-            `scaled_dot_product_attention` for the absolute types, relative attention by our C++ kernel (forward
-            and backward, `labml_txl.native`) under the decoder's masks and else without gradients by SDPA, queries
-            only for the segment, position embeddings and masks cached across segments, the memory's keys and
-            values kept from the segment before in no-grad evaluation, in no-grad evaluation on the CPU the
-            causal position bias from a kept buffer and the layers' products through oneDNN with prepacked
-            weights (`prepacked_linear.py`), dropout masks from 16-bit integers on the CPU
-            (`labml_txl/dropout.py`, `docs/performance.md`). `model.fast = False` runs the original's
-            computation; without dropout the two agree to float rounding (with it they draw different masks from
-            the same seed). An attribute, not a constructor keyword: it chooses how to compute, not what, so
-            configs and checkpoints do not carry it.
+        impl: (new) how to compute: `'auto'` (the default) lets `labml_txl.dispatch` pick, per call, the fastest
+            implementation that serves it (our C++ kernels, SDPA, the head-major composite, oneDNN's prepacked
+            products; each refused path has a reason, `dispatch.recording()`); `'reference'` runs the readable
+            specification (`relative_attention.py`, `F.linear`, PyTorch's layer norm), the original's computation,
+            to compare against. The two agree to float rounding and draw the same dropout masks from the same seed.
+            Also an attribute (`model.impl = 'reference'`): it chooses how to compute, not what, so configs and
+            checkpoints do not carry it.
 
     Shape:
         `data` `[qlen, bsz]` token ids; `target` `[tgt_len, bsz]` with `tgt_len <= qlen` (the last `tgt_len`
@@ -133,7 +128,7 @@ class MemTransformerLM(nn.Module):
                  cutoffs: Sequence[int] = (), adapt_inp: bool = False, same_length: bool = False,
                  attn_type: int = 0, clamp_len: int = -1, sample_softmax: int = -1, *,
                  untie_r: bool = False, init: str = 'normal', init_range: float = 0.1, init_std: float = 0.02,
-                 proj_init_std: float = 0.01, round_scores_to_float32: bool = False):
+                 proj_init_std: float = 0.01, round_scores_to_float32: bool = False, impl: str = 'auto'):
         super().__init__()
         for name, value in (('n_token', n_token), ('n_layer', n_layer), ('n_head', n_head),
                             ('d_model', d_model), ('d_head', d_head), ('d_inner', d_inner)):
@@ -209,8 +204,8 @@ class MemTransformerLM(nn.Module):
         for _ in range(n_layer):
             if attn_type == 0:
                 layer = RelPartialLearnableDecoderLayer(n_head, d_model, d_head, d_inner, dropout, dropatt=dropatt,
-                                                        pre_lnorm=pre_lnorm, untie_r=untie_r)
-                layer.dec_attn.round_scores_to_float32 = round_scores_to_float32
+                                                        pre_lnorm=pre_lnorm, untie_r=untie_r,
+                                                        round_scores_to_float32=round_scores_to_float32)
             elif attn_type == 1:
                 layer = RelLearnableDecoderLayer(n_head, d_model, d_head, d_inner, dropout, dropatt=dropatt,
                                                  pre_lnorm=pre_lnorm)
@@ -244,31 +239,17 @@ class MemTransformerLM(nn.Module):
         self._cache = {}
         # Keys and values of the memories, kept from the segment before in no-grad evaluation (`kv_memo.py`)
         self._kv_memo = KeyValueMemo()
-        # One buffer for the causal position bias of all layers (they run one after another)
-        self._causal_bias = CausalPositionBias()
-        for layer in self.layers:
-            # This model's masks always leave key $m + i$ to query $i$: no row is fully masked
-            layer.dec_attn.zero_masked_rows = False
-            if isinstance(layer.dec_attn, RelPartialLearnableMultiHeadAttn):
-                layer.dec_attn.causal_bias = self._causal_bias
-        self.fast = True
+        self.impl = impl
 
     @property
-    def fast(self) -> bool:
-        """Whether the fast paths run (False: the original's computation)."""
-        return self._fast
+    def impl(self) -> str:
+        """`'auto'` or `'reference'` (see the class docstring)."""
+        return self._impl
 
-    @fast.setter
-    def fast(self, value: bool) -> None:
-        if not isinstance(value, bool):
-            raise TypeError(f"fast={value!r} is not accepted: True (the fast paths) or False (the original's "
-                            f"computation)")
-        self._fast = value
+    @impl.setter
+    def impl(self, value: str) -> None:
+        self._impl = check_impl(value)
         self._drop_caches()
-        for module in self.modules():
-            # Every part with a fast path of its own: attention, feed-forward, softmax layer, dropout
-            if module is not self and hasattr(module, 'fast'):
-                module.fast = value
 
     def _apply(self, fn, *args, **kwargs):
         # A new dtype or device: the cached positions and masks are of the old ones
@@ -276,14 +257,14 @@ class MemTransformerLM(nn.Module):
         return super()._apply(fn, *args, **kwargs)
 
     def _drop_caches(self) -> None:
-        """Forget the cached positions and masks, the kept keys and values and the position-bias buffer."""
+        """Forget the cached positions and masks and the kept keys and values."""
         self._cache = {}
         self._kv_memo.clear()
-        self._causal_bias.clear()
 
-    def _cached(self, key: tuple, make):
-        """`make()`, kept under `key` on the fast path (not while `torch.compile` traces: it folds constants)."""
-        if not self._fast or torch.compiler.is_compiling():
+    def _cached(self, plan: Plan, key: tuple, make):
+        """`make()`, kept under `key` where the plan keeps values of shapes (not while `torch.compile` traces: it
+        folds constants)."""
+        if not plan.keeps_shapes:
             return make()
         value = self._cache.get(key)
         if value is None:
@@ -335,7 +316,8 @@ class MemTransformerLM(nn.Module):
 
     # -- checks at the point of entry --
 
-    def _check_mems(self, mems: Optional[Sequence[torch.Tensor]], bsz: int) -> Optional[List[torch.Tensor]]:
+    def _check_mems(self, plan: Plan, mems: Optional[Sequence[torch.Tensor]],
+                    bsz: int) -> Optional[List[torch.Tensor]]:
         """The memories as a list (None when none were given), or an exception naming what is wrong."""
         if mems is None or len(mems) == 0:
             return None
@@ -347,9 +329,7 @@ class MemTransformerLM(nn.Module):
         mlen = None
         weight = self.word_emb.emb_layers[0].weight
         # Hidden states are of the parameters' dtype, or of autocast's where it runs (a projected embedding)
-        dtypes = {weight.dtype}
-        if torch.is_autocast_enabled(weight.device.type):
-            dtypes.add(torch.get_autocast_dtype(weight.device.type))
+        dtypes = {weight.dtype} | ({plan.autocast} if plan.autocast is not None else set())
         for i, m in enumerate(mems):
             if not isinstance(m, torch.Tensor):
                 raise TypeError(f"mems[{i}] must be a tensor [mlen, bsz, d_model], got {type(m).__name__}")
@@ -376,9 +356,9 @@ class MemTransformerLM(nn.Module):
                                  f"have the same length")
         return mems
 
-    def _check_inputs(self, data: torch.Tensor, mems) -> Optional[List[torch.Tensor]]:
-        check_tokens('data', data, self.n_token)
-        mems = self._check_mems(mems, data.shape[1])
+    def _check_inputs(self, plan: Plan, data: torch.Tensor, mems) -> Optional[List[torch.Tensor]]:
+        check_tokens('data', data, self.n_token, check_values=not plan.compiling)
+        mems = self._check_mems(plan, mems, data.shape[1])
         if mems is None:
             mems = self.init_mems(data.shape[1])
         return mems
@@ -402,36 +382,49 @@ class MemTransformerLM(nn.Module):
                                      dtype=pos_dtype, device=device)
         return self.pos_emb(pos_seq).to(dtype)
 
-    def _cached_positions(self, qlen: int, klen: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    def _cached_positions(self, plan: Plan, qlen: int, klen: int, dtype: torch.dtype,
+                          device: torch.device) -> torch.Tensor:
         """`_positions`, cached; the key holds the frequencies' version, so a loaded `inv_freq` is seen."""
         inv_freq = self.pos_emb.inv_freq
         key = ('pos', klen, self.clamp_len, dtype, device, inv_freq.data_ptr(), inv_freq._version)
-        return self._cached(key, lambda: self._positions(qlen, klen, dtype, device))
+        return self._cached(plan, key, lambda: self._positions(qlen, klen, dtype, device))
 
-    def _forward(self, dec_inp: torch.Tensor, mems: Optional[List[torch.Tensor]]
+    def _forward(self, plan: Plan, dec_inp: torch.Tensor, mems: Optional[List[torch.Tensor]]
                  ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
         qlen, bsz = dec_inp.shape
         word_emb = self.word_emb(dec_inp)
         mlen = mems[0].shape[0] if mems is not None and mems[0].dim() == 3 else 0
         klen = mlen + qlen
-        dec_attn_mask = self._cached(('mask', qlen, mlen, self.mem_len, self.same_length, word_emb.device),
+        dec_attn_mask = self._cached(plan, ('mask', qlen, mlen, self.mem_len, self.same_length, word_emb.device),
                                      lambda: self._attn_mask(qlen, mlen, word_emb.device))
+        # Without gradients, the keys and values of each memory are kept for the next segment (`kv_memo.py`), for
+        # the types whose memory is projected as it is (0 and 1)
+        keep_kv = plan.keeps_caches and self.attn_type in (0, 1) and self.mem_len > 0
+        if not keep_kv:
+            self._kv_memo.clear()
 
         def layer_mems(i: int) -> Optional[torch.Tensor]:
             return mems[i] if mlen > 0 else None
 
+        def relative_layer(i: int, layer: nn.Module, *position_args) -> torch.Tensor:
+            mems_kv = self._kv_memo.lookup(i, layer_mems(i), layer.dec_attn) if keep_kv else None
+            out = layer(core_out, *position_args, dec_attn_mask=dec_attn_mask, mems=layer_mems(i), mems_kv=mems_kv,
+                        plan=plan, return_kv=keep_kv)
+            if keep_kv:
+                out, kv = out
+                kvs.append(kv)
+            return out
+
         core_out = self.drop(word_emb)
         # The inputs of every layer, to be cached
         hids = [core_out]
-        # Keys and values of every layer's memory and segment, when they are kept (see `_keys_values`)
+        # Keys and values of every layer's memory and segment, when they are kept
         kvs = []
         if self.attn_type == 0:
-            pos_emb = self.drop(self._cached_positions(qlen, klen, word_emb.dtype, word_emb.device))
+            pos_emb = self.drop(self._cached_positions(plan, qlen, klen, word_emb.dtype, word_emb.device))
             for i, layer in enumerate(self.layers):
-                with self._keys_values(i, layer_mems(i), kvs):
-                    core_out = layer(core_out, pos_emb, None if self.untie_r else self.r_w_bias,
-                                     None if self.untie_r else self.r_r_bias,
-                                     dec_attn_mask=dec_attn_mask, mems=layer_mems(i))
+                core_out = relative_layer(i, layer, pos_emb, None if self.untie_r else self.r_w_bias,
+                                          None if self.untie_r else self.r_r_bias)
                 hids.append(core_out)
         elif self.attn_type == 1:
             for i, layer in enumerate(self.layers):
@@ -439,12 +432,10 @@ class MemTransformerLM(nn.Module):
                     r_emb, r_bias = self.r_emb[i][-self.clamp_len:], self.r_bias[i][-self.clamp_len:]
                 else:
                     r_emb, r_bias = self.r_emb[i], self.r_bias[i]
-                with self._keys_values(i, layer_mems(i), kvs):
-                    core_out = layer(core_out, r_emb, self.r_w_bias[i], r_bias,
-                                     dec_attn_mask=dec_attn_mask, mems=layer_mems(i))
+                core_out = relative_layer(i, layer, r_emb, self.r_w_bias[i], r_bias)
                 hids.append(core_out)
         elif self.attn_type == 2:
-            pos_emb = self.drop(self._cached_positions(qlen, klen, word_emb.dtype, word_emb.device))
+            pos_emb = self.drop(self._cached_positions(plan, qlen, klen, word_emb.dtype, word_emb.device))
             for i, layer in enumerate(self.layers):
                 mems_i = layer_mems(i)
                 if i == 0:
@@ -453,7 +444,7 @@ class MemTransformerLM(nn.Module):
                     mems_i = None if mems_i is None else mems_i + pos_emb[:mlen]
                 else:
                     layer_in = core_out
-                core_out = layer(layer_in, dec_attn_mask=dec_attn_mask, mems=mems_i)
+                core_out = layer(layer_in, dec_attn_mask=dec_attn_mask, mems=mems_i, plan=plan)
                 hids.append(core_out)
         else:
             for i, layer in enumerate(self.layers):
@@ -461,34 +452,17 @@ class MemTransformerLM(nn.Module):
                 table = last_rows(self.r_emb[i], klen).reshape(klen, 1, self.d_model)
                 mems_i = layer_mems(i)
                 mems_i = None if mems_i is None else mems_i + table[:mlen]
-                core_out = layer(core_out + table[mlen:], dec_attn_mask=dec_attn_mask, mems=mems_i)
+                core_out = layer(core_out + table[mlen:], dec_attn_mask=dec_attn_mask, mems=mems_i, plan=plan)
                 hids.append(core_out)
 
         core_out = self.drop(core_out)
         new_mems = self._update_mems(hids, mems, qlen, mlen)
-        if len(kvs) == self.n_layer and len(new_mems) > 0:
+        if keep_kv and len(new_mems) > 0:
             beg_idx, end_idx = self._mem_bounds(qlen, mlen)
-            for i, (kv_memory, kv_segment) in enumerate(kvs):
+            for i, kv in enumerate(kvs):
                 # The same slice of the keys and values as of the states: `[2, bsz, n_head, beg:end, d_head]`
-                self._kv_memo.store(i, new_mems[i], kv_memory, kv_segment, beg_idx, end_idx, self.layers[i].dec_attn)
+                self._kv_memo.store(i, new_mems[i], kv.memory, kv.segment, beg_idx, end_idx, self.layers[i].dec_attn)
         return core_out, new_mems
-
-    @contextmanager
-    def _keys_values(self, i: int, mems_i: Optional[torch.Tensor], kvs: List[torch.Tensor]):
-        """Around layer `i`: in no-grad evaluation on the fast path, give its attention the keys and values of
-        its memory kept from the segment before (if any) and collect the ones it computes into `kvs`."""
-        attn = self.layers[i].dec_attn
-        if not self._fast or torch.is_grad_enabled() or torch.compiler.is_compiling():
-            self._kv_memo.clear()
-            yield
-            return
-        attn.mems_kv = self._kv_memo.lookup(i, mems_i, attn)
-        attn.keep_kv = True
-        try:
-            yield
-            kvs.append(attn.last_kv)
-        finally:
-            attn.mems_kv, attn.keep_kv, attn.last_kv = None, False, None
 
     def _mem_bounds(self, qlen: int, mlen: int) -> Tuple[int, int]:
         """`[beg, end)` of `[memory, segment]` that becomes the next memory, by the original's rule (see the
@@ -505,15 +479,12 @@ class MemTransformerLM(nn.Module):
             beg_idx, end_idx = self._mem_bounds(qlen, mlen)
             new_mems = []
             for m, h in zip(mems, hids):
-                if self._fast and beg_idx >= mlen:
+                if beg_idx >= mlen:
                     # All of it from this segment (as when `mem_len <= tgt_len`): a view, no copy
                     new_mems.append(h[beg_idx - mlen:end_idx - mlen].detach())
-                elif self._fast:
+                else:
                     # The memory's rows from `beg` on, then the segment's: only the kept rows are copied
                     new_mems.append(torch.cat([m[beg_idx:], h[:end_idx - mlen]], dim=0).detach())
-                else:
-                    cat = h if mlen == 0 else torch.cat([m, h], dim=0)
-                    new_mems.append(cat[beg_idx:end_idx].detach())
         return new_mems
 
     def forward(self, data: torch.Tensor, target: torch.Tensor, *mems: torch.Tensor) -> List[torch.Tensor]:
@@ -522,8 +493,9 @@ class MemTransformerLM(nn.Module):
         (`new_mems` empty when `mem_len` is 0). In training with `sample_softmax > 0` the loss is the sampled
         softmax's; otherwise the full (adaptive) softmax's negative log-likelihood.
         """
-        mems = self._check_inputs(data, mems)
-        check_tokens('target', target, self.n_token)
+        plan = Plan.now(data.device, self.impl)
+        mems = self._check_inputs(plan, data, mems)
+        check_tokens('target', target, self.n_token, check_values=not plan.compiling)
         if target.shape[1] != data.shape[1] or target.shape[0] > data.shape[0]:
             transposed = target.shape[0] == data.shape[1] and target.shape[1] <= data.shape[0]
             hint = (' It looks transposed: both are [seq_len, batch], not [batch, seq_len].' if transposed else '')
@@ -531,7 +503,7 @@ class MemTransformerLM(nn.Module):
                              f"{list(data.shape)}: expected [tgt_len, {data.shape[1]}] with "
                              f"1 <= tgt_len <= {data.shape[0]} (the last tgt_len inputs are scored).{hint}")
         tgt_len = target.shape[0]
-        hidden, new_mems = self._forward(data, mems)
+        hidden, new_mems = self._forward(plan, data, mems)
         pred_hid = hidden[-tgt_len:]
         if self.sample_softmax > 0 and self.training:
             logit = sample_logits(self.out_layer.weight, self.out_layer.bias, target, pred_hid, self.sampler)
@@ -540,7 +512,7 @@ class MemTransformerLM(nn.Module):
         elif self.sample_softmax > 0:
             loss = -self.hidden_to_log_probs(pred_hid).gather(2, target[:, :, None]).squeeze(2)
         else:
-            loss = self.crit(pred_hid.reshape(-1, pred_hid.shape[-1]), target.reshape(-1)).view(tgt_len, -1)
+            loss = self.crit(pred_hid.reshape(-1, pred_hid.shape[-1]), target.reshape(-1), plan=plan).view(tgt_len, -1)
         return [loss] + new_mems
 
     # -- the clean API for new code --
@@ -554,8 +526,9 @@ class MemTransformerLM(nn.Module):
             `data` `[qlen, bsz]`; `mems` as returned before (None or `[]` for a new stream); returns
             `hidden` `[qlen, bsz, d_model]` and `n_layer + 1` memories (`[]` when `mem_len` is 0).
         """
-        mems = self._check_inputs(data, mems)
-        return self._forward(data, mems)
+        plan = Plan.now(data.device, self.impl)
+        mems = self._check_inputs(plan, data, mems)
+        return self._forward(plan, data, mems)
 
     def hidden_to_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
         """Full-vocabulary log-probabilities `[..., n_token]` of hidden states `[..., d_model]`
@@ -564,7 +537,7 @@ class MemTransformerLM(nn.Module):
         if self.sample_softmax > 0:
             log_probs = F.log_softmax(self.out_layer(flat), dim=-1)
         else:
-            log_probs = self.crit.log_prob(flat)
+            log_probs = self.crit.log_prob(flat, plan=Plan.now(flat.device, self.impl))
         return log_probs.view(*hidden.shape[:-1], self.n_token)
 
     def log_probs(self, data: torch.Tensor, mems: Optional[Sequence[torch.Tensor]] = None
@@ -588,5 +561,6 @@ class MemTransformerLM(nn.Module):
         """
         hidden, new_mems = self.forward_hidden(data, mems)
         flat = hidden.reshape(-1, hidden.shape[-1])
-        scores = self.out_layer(flat) if self.sample_softmax > 0 else self.crit.logits(flat)
+        scores = (self.out_layer(flat) if self.sample_softmax > 0
+                  else self.crit.logits(flat, plan=Plan.now(flat.device, self.impl)))
         return scores.view(*hidden.shape[:-1], self.n_token), new_mems

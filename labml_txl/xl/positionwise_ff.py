@@ -8,13 +8,14 @@ residual connection with layer normalisation: after the sum (post-LN, the paper'
 $\mathop{LN}(x + FFN(x))$) or before the network (`pre_lnorm`, $x + FFN(\mathop{LN}(x))$).
 The layers sit in `CoreNet` at indices 0 and 3, as in the original, so its checkpoints load.
 """
+from typing import Optional
+
 import torch
 from torch import nn
-from torch.nn import functional as F
 
+from .. import dispatch
+from ..dispatch import Plan
 from ..dropout import Dropout, relu_dropout_
-from ..native.layer_norm import residual_layer_norm
-from ..prepacked_linear import inference_linear
 
 
 class PositionwiseFF(nn.Module):
@@ -46,31 +47,26 @@ class PositionwiseFF(nn.Module):
         )
         self.layer_norm = nn.LayerNorm(d_model)
         self.pre_lnorm = pre_lnorm
-        # Without gradients, the two products through oneDNN with prepacked weights (`prepacked_linear.py`);
-        # `MemTransformerLM.fast` sets it
-        self.fast = True
 
-    def _core(self, x: torch.Tensor) -> torch.Tensor:
+    def _core(self, plan: Plan, x: torch.Tensor) -> torch.Tensor:
         """`CoreNet(x)`, with its ReLU (index 1, kept there so that the `Linear`s stay at 0 and 3) and first dropout
         applied together by `relu_dropout_`: the same numbers, in place, with no mask kept where that dropout draws
         its own."""
         linear_1, _, dropout_1, linear_2, dropout_2 = self.CoreNet
-        linear = inference_linear if self.fast else F.linear
         # On `[seq * batch, d]`: the product is then a tensor of its own, not a view, so the in-place step needs no
         # copy in autograd's backward
         x_rows = x.reshape(-1, x.shape[-1])
-        if self.fast and not (dropout_1.training and dropout_1.p > 0):
-            # No dropout to apply: the ReLU by the product itself where oneDNN runs it
-            h = inference_linear(x_rows, linear_1.weight, linear_1.bias, relu=True)
+        if dropout_1.training and dropout_1.p > 0:
+            h = relu_dropout_(dispatch.linear(plan, x_rows, linear_1.weight, linear_1.bias), dropout_1)
         else:
-            h = relu_dropout_(linear(x_rows, linear_1.weight, linear_1.bias), dropout_1)
-        return dropout_2(linear(h, linear_2.weight, linear_2.bias)).view(x.shape[:-1] + (-1,))
+            # No dropout to apply: the ReLU by the product itself where oneDNN runs it
+            h = dispatch.linear(plan, x_rows, linear_1.weight, linear_1.bias, relu=True)
+        return dropout_2(dispatch.linear(plan, h, linear_2.weight, linear_2.bias)).view(x.shape[:-1] + (-1,))
 
-    def forward(self, inp: torch.Tensor) -> torch.Tensor:
+    def forward(self, inp: torch.Tensor, *, plan: Optional[Plan] = None) -> torch.Tensor:
+        plan = Plan.now(inp.device) if plan is None else plan
         if self.pre_lnorm:
             # $x + FFN(\mathop{LN}(x))$
-            return inp + self._core(self.layer_norm(inp))
-        # $\mathop{LN}(x + FFN(x))$ (on the fast path without gradients in one pass, `native/layer_norm.py`)
-        if self.fast:
-            return residual_layer_norm(inp, self._core(inp), self.layer_norm)
-        return self.layer_norm(inp + self._core(inp))
+            return inp + self._core(plan, self.layer_norm(inp))
+        # $\mathop{LN}(x + FFN(x))$
+        return dispatch.residual_layer_norm(plan, inp, self._core(plan, inp), self.layer_norm)

@@ -11,14 +11,13 @@ with $e$ = `r_emb` `[L, n_head, d_head]`, $b$ = `r_bias` `[L, n_head]` and $u$ =
 last `klen` rows are used, and when `klen > L` the farthest row (row 0) stands for every longer distance.
 Terms (b) and (d) go through the same `relative_shift` as attention type 0.
 """
-from typing import Optional
+from typing import Optional, Tuple, Union
 
 import torch
 from torch import nn
 
-from ..relative_attention import (content_scores, heads_mask, position_scores, relative_attention_weights_heads,
-                                  relative_shift)
-from .attention_base import XLAttentionBase
+from ..dispatch import Plan, RelativeTerms
+from .attention_base import KeysValues, XLAttentionBase
 
 
 def last_rows(table: torch.Tensor, n: int) -> torch.Tensor:
@@ -37,7 +36,8 @@ class RelLearnableMultiHeadAttn(XLAttentionBase):
     Shape:
         `w` `[qlen, bsz, d_model]`; `r_emb` `[L, n_head, d_head]`; `r_w_bias` `[n_head, d_head]`;
         `r_bias` `[L, n_head]`; `attn_mask` boolean `[qlen, klen, 1]`, True where masked;
-        `mems` `[mlen, bsz, d_model]` or None. Output `[qlen, bsz, d_model]`.
+        `mems` `[mlen, bsz, d_model]` or None; `mems_kv` as `RelPartialLearnableMultiHeadAttn` takes it.
+        Output `[qlen, bsz, d_model]`, with `return_kv` also the `KeysValues` computed.
     """
 
     def __init__(self, n_head: int, d_model: int, d_head: int, dropout: float, dropatt: float = 0.0,
@@ -46,41 +46,14 @@ class RelLearnableMultiHeadAttn(XLAttentionBase):
         # $W_q$, $W_{k}$ and $W_v$ in one matrix
         self.qkv_net = nn.Linear(d_model, 3 * n_head * d_head, bias=False)
 
-    @staticmethod
-    def _distance_tables(r_emb: torch.Tensor, r_bias: torch.Tensor, klen: int):
-        """$e_s$ `[n_head, klen, d_head]` and $b_s$ `[n_head, klen]` for the distances `klen - 1 .. 0` (views)."""
-        return last_rows(r_emb, klen).transpose(0, 1), last_rows(r_bias, klen).transpose(0, 1)
-
     def forward(self, w: torch.Tensor, r_emb: torch.Tensor, r_w_bias: torch.Tensor, r_bias: torch.Tensor,
-                attn_mask: Optional[torch.Tensor] = None, mems: Optional[torch.Tensor] = None) -> torch.Tensor:
-        if self.fast:
-            # The queries in the projection's layout (the kernel and SDPA read any strides)
-            head_q, kv_memory, kv_segment = self._qkv_parts(self.qkv_net, w, mems)
-            klen = kv_segment.shape[3] + (0 if kv_memory is None else kv_memory.shape[3])
-            table, bias = self._distance_tables(r_emb, r_bias, klen)
-            # Without gradients our kernel or SDPA; with them our kernel and its backward pass, where it serves
-            if self._use_sdpa_bias():
-                attn_vec = self._relative_attention_no_grad(head_q, kv_memory, kv_segment, table, r_w_bias, None,
-                                                            attn_mask, r_bias=bias)
-            else:
-                attn_vec = self._kernel_attention(head_q, kv_memory, kv_segment, table, r_w_bias, None, attn_mask,
-                                                  r_bias=bias)
-            if attn_vec is not None:
-                return self._output(w, attn_vec)
-            head_q, head_k, head_v = self._joined_heads(head_q, kv_memory, kv_segment)
-            # $(q_i + u)^\top k_j + \mathop{shift}(q_i^\top e_s + b_s)$
-            attn_prob = relative_attention_weights_heads(head_q, head_k, table, r_w_bias, None, heads_mask(attn_mask),
-                                                         self.scale, r_bias=bias,
-                                                         zero_masked_rows=self.zero_masked_rows)
-            return self._output(w, self._weigh_values(attn_prob, head_v))
-        w_head_q, w_head_k, w_head_v = self._plain_heads(self.qkv_net, w, mems)
-        klen = w_head_k.shape[0]
-        # Distances `klen - 1 .. 0`
-        r_emb = last_rows(r_emb, klen)
-        r_bias = last_rows(r_bias, klen)
-
-        # $(a) + (c) = (q_i + u)^\top k_j$
-        ac = content_scores(w_head_q, w_head_k, r_w_bias)
-        # $(b) = q_i^\top e_s$ and $(d) = b_s$ per table row $s$, then shifted to key positions
-        bd = relative_shift(position_scores(w_head_q, r_emb) + r_bias[None, :, None])
-        return self._output(w, self._attend(ac + bd, attn_mask, w_head_v))
+                attn_mask: Optional[torch.Tensor] = None, mems: Optional[torch.Tensor] = None,
+                mems_kv: Optional[torch.Tensor] = None, *, plan: Optional[Plan] = None,
+                return_kv: bool = False) -> Union[torch.Tensor, Tuple[torch.Tensor, KeysValues]]:
+        plan = Plan.now(w.device) if plan is None else plan
+        q, kv = self._project(plan, self.qkv_net.weight, w, mems, mems_kv)
+        klen = kv.segment.shape[3] + (0 if kv.memory is None else kv.memory.shape[3])
+        # $e_s$ and $b_s$ for the distances `klen - 1 .. 0`: $(q_i + u)^\top k_j + q_i^\top e_s + b_s$
+        terms = RelativeTerms(last_rows(r_emb, klen).transpose(0, 1), content_bias=r_w_bias,
+                              entry_bias=last_rows(r_bias, klen).transpose(0, 1))
+        return self._attend(plan, w, q, kv, attn_mask, terms, return_kv)

@@ -1,0 +1,101 @@
+r"""
+# Attention in the head-major layout: the fast PyTorch composite
+
+The same computation as `relative_attention.py`, arranged for speed rather than for reading. Queries, keys and
+values are `[batch, heads, seq, d_head]`, so every score and value product is one batched `@` over
+`batch * heads` matrices; the relative shift is a strided view instead of a pad and a copy; the softmax runs over
+the last, contiguous axis. Autograd differentiates it as it stands. `dispatch.py` decides when it runs and tests it
+against the reference.
+"""
+from typing import Optional
+
+import torch
+
+
+def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """`[seq, batch, heads * d_head]` as the head-major `[batch, heads, seq, d_head]` (a view)."""
+    return x.unflatten(-1, (heads, x.shape[-1] // heads)).permute(1, 2, 0, 3)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """`[batch, heads, seq, d_head]` back to `[seq, batch, heads * d_head]`, the heads concatenated."""
+    batch, heads, seq, d_head = x.shape
+    return x.permute(2, 0, 1, 3).reshape(seq, batch, heads * d_head)
+
+
+def pad_table(table: torch.Tensor, klen: int) -> torch.Tensor:
+    r"""
+    Zero entries appended at the end of the relative table (axis -2) until it has at least `klen + 1` of them, so
+    that `relative_shift_view` can read it with a row stride of at least `klen` (rows that never overlap).
+
+    The appended entries play the part of the reference's zero pad: they land only where a decoder masks (the
+    future, $j > m + i$). The table is `[.., L, d]`, not batch-sized, so the copy is small.
+    """
+    missing = klen + 1 - table.shape[-2]
+    if missing <= 0:
+        return table
+    zeros = table.new_zeros(table.shape[:-2] + (missing, table.shape[-1]))
+    return torch.cat([table, zeros], dim=-2)
+
+
+def relative_shift_view(x: torch.Tensor, klen: int) -> torch.Tensor:
+    r"""
+    `relative_shift` as a strided view, without the pad-and-copy: `out[.., i, j] = x[.., i, j + qlen - 1 - i]`.
+
+    With the last two axes of `x` contiguous (`[.., qlen, L]`, `L >= klen + 1`), that element sits at flat offset
+    $i L + j + q - 1 - i = (q - 1) + i (L - 1) + j$: a view starting at $q - 1$ with row stride $L - 1$. Rows
+    do not overlap because $L - 1 \ge k$, so the backward pass is a plain strided copy too.
+    Entries with $j + q - 1 - i \ge L$ run into the next row; for a decoder they are the future and masked.
+
+    Shape:
+        `x` `[.., qlen, L]`; returns `[.., qlen, klen]` (a view of `x`).
+    """
+    qlen, rlen = x.shape[-2], x.shape[-1]
+    if rlen < klen + 1:
+        raise ValueError(f"relative_shift_view needs a table of at least klen + 1 = {klen + 1} entries, got {rlen}: "
+                         f"pad it with pad_table first")
+    flat = x.flatten(-2)
+    shifted = flat.narrow(-1, qlen - 1, qlen * (rlen - 1)).unflatten(-1, (qlen, rlen - 1))
+    return shifted if rlen - 1 == klen else shifted[..., :klen]
+
+
+def position_terms(q: torch.Tensor, table: torch.Tensor, position_bias: Optional[torch.Tensor],
+                   entry_bias: Optional[torch.Tensor], klen: int, scale: float) -> torch.Tensor:
+    r"""
+    $\mathit{scale} \cdot \mathop{shift}\bigl((Q + v) R^\top + b\bigr)$ indexed by key position, a view.
+
+    The scale goes on $Q + v$ (four times fewer elements than the scores).
+
+    Shape:
+        `q` `[batch, heads, qlen, d_head]`, `table` `[heads, rlen, d_head]`, `position_bias` ($v$) `[heads, d_head]`
+        or None, `entry_bias` ($b$) `[heads, rlen]` or None; returns `[batch, heads, qlen, klen]`.
+    """
+    q_v = (q if position_bias is None else q + position_bias[:, None]) * scale
+    # $(Q + v) R^\top$ per table entry, on a table padded so that the shift is a view
+    terms = torch.matmul(q_v, pad_table(table, klen).transpose(-1, -2))
+    if entry_bias is not None:
+        terms = terms + pad_table(entry_bias[..., None], klen)[..., 0][:, None] * scale
+    return relative_shift_view(terms, klen)
+
+
+def relative_scores(q: torch.Tensor, k: torch.Tensor, table: torch.Tensor, content_bias: Optional[torch.Tensor],
+                    position_bias: Optional[torch.Tensor], entry_bias: Optional[torch.Tensor],
+                    scale: float) -> torch.Tensor:
+    r"""
+    $\mathit{scale} \cdot A^{rel} = \mathit{scale} \cdot (Q + u) K^\top + \mathit{scale} \cdot
+    \mathop{shift}((Q + v) R^\top + b)$, with the sum and the scale of the content term folded into one `baddbmm`.
+
+    Shape:
+        `q` `[batch, heads, qlen, d_head]`, `k` `[batch, heads, klen, d_head]`, `table`, `position_bias`,
+        `entry_bias` as `position_terms`, `content_bias` ($u$) `[heads, d_head]` or None.
+        Returns `[batch, heads, qlen, klen]`, contiguous.
+    """
+    batch, heads, qlen, d_head = q.shape
+    klen = k.shape[-2]
+    shifted = position_terms(q, table, position_bias, entry_bias, klen, scale).reshape(batch * heads, qlen, klen)
+    q_u = q if content_bias is None else q + content_bias[:, None]
+    # $\mathit{shifted} + \mathit{scale} \cdot (Q + u) K^\top$ in one product
+    score = torch.baddbmm(shifted, q_u.reshape(batch * heads, qlen, d_head),
+                          k.reshape(batch * heads, klen, d_head).transpose(1, 2), alpha=scale)
+    return score.view(batch, heads, qlen, klen)
+

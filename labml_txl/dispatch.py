@@ -1,0 +1,382 @@
+r"""
+# Which implementation computes it: the one place that decides
+
+Every formula of this package is written once, readably: attention in `relative_attention.py` (the
+specification), the layers in their modules. Faster implementations of the same numbers exist:
+
+| operation | implementations, in the order they are tried |
+| --- | --- |
+| attention (relative or plain) | `kernel` (ours, `native/attention.py`), `sdpa` (`scaled_dot_product_attention`, the position terms as its bias), `composite` (head-major PyTorch, `attention_heads.py`), `reference` (`relative_attention.py`) |
+| linear layer | `prepacked` (oneDNN, `prepacked_linear.py`), `F.linear` |
+| residual + layer norm | `kernel` (`native/layer_norm.py`), `PyTorch` |
+| dropout | `kernel` (`native/dropout.py`), `16-bit` (`dropout.py`), `nn.Dropout` |
+
+This module chooses among them, once per call, from the inputs and the state of the run: device, dtype, whether
+gradients are recorded, autocast, `torch.compile`, dropout, the mask. Model code asks it (`attend`, `linear`,
+`residual_layer_norm`, `dropout_path`) and never tests that state itself. Each refused implementation has a reason,
+as `torch.nn.TransformerEncoderLayer` names why its fast path is not taken; `recording()` collects the choices:
+
+    with dispatch.recording() as choices:
+        model(data, target)
+    print(dispatch.summary(choices))
+
+`impl='reference'` asks for the specification wherever one is written (attention's reference, `F.linear`, PyTorch's
+layer norm): the original's computation, to compare against. Dropout draws the same masks either way.
+"""
+import contextlib
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, Iterator, List, Optional, Tuple
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from . import prepacked_linear
+from .attention_heads import merge_heads, position_terms, relative_scores
+from .attention_mask import decoder_key_window, heads_mask
+from .native import attention as native_attention
+from .native import dropout as native_dropout
+from .native import layer_norm as native_layer_norm
+from .native.build import native_kernels_enabled
+from .relative_attention import attention, dot_product_scores, masked_softmax, relative_attention_scores
+
+IMPLS = ('auto', 'reference')
+
+
+def check_impl(impl: str) -> str:
+    """`impl`, or a `ValueError` naming what is accepted."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl={impl!r} is not accepted: 'auto' (the fastest implementation that serves each call) "
+                         f"or 'reference' (the readable specification, to compare against)")
+    return impl
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The state a call runs in, taken once at its entry (`Plan.now`) and passed to what it calls."""
+    impl: str
+    device_type: str
+    grad: bool
+    autocast: Optional[torch.dtype]
+    compiling: bool
+
+    @classmethod
+    def now(cls, device: torch.device, impl: str = 'auto') -> 'Plan':
+        device_type = device.type
+        autocast = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+        return cls(check_impl(impl), device_type, torch.is_grad_enabled(), autocast, torch.compiler.is_compiling())
+
+    @property
+    def keeps_caches(self) -> bool:
+        """Whether values derived from parameters (kept keys and values, projected tables) may be kept across calls:
+        without gradients (nothing to differentiate through them) and outside `torch.compile` (it folds them)."""
+        return not self.grad and not self.compiling
+
+    @property
+    def keeps_shapes(self) -> bool:
+        """Whether values that depend only on shapes (positions, masks) may be kept: outside `torch.compile`."""
+        return not self.compiling
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What ran for one call, and why each implementation tried before it was refused."""
+    operation: str
+    chosen: str
+    refused: Tuple[Tuple[str, str], ...] = ()
+
+    def __str__(self) -> str:
+        why = ''.join(f'; not {name}: {reason}' for name, reason in self.refused)
+        return f'{self.operation}: {self.chosen}{why}'
+
+
+_recorders: List[List[Choice]] = []
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[List[Choice]]:
+    """Collect every `Choice` made inside the block (for debugging and the benchmark)."""
+    choices: List[Choice] = []
+    _recorders.append(choices)
+    try:
+        yield choices
+    finally:
+        _recorders.remove(choices)
+
+
+def summary(choices: List[Choice]) -> str:
+    """The distinct choices, one a line, with how often each was made."""
+    return '\n'.join(f'{n:6d} x {choice}' for choice, n in Counter(str(c) for c in choices).most_common())
+
+
+def _decide(operation: str, candidates: List[Tuple[str, Optional[str]]]) -> str:
+    """The first candidate without a reason against it (the last has none); recorded with the reasons before it."""
+    refused = []
+    for name, reason in candidates:
+        if reason is None:
+            if _recorders:
+                choice = Choice(operation, name, tuple(refused))
+                for choices in _recorders:
+                    choices.append(choice)
+            return name
+        refused.append((name, reason))
+    raise AssertionError(f'no implementation of {operation} took the call: {refused}')
+
+
+# -- attention --
+
+@dataclass(frozen=True)
+class RelativeTerms:
+    r"""
+    The position terms of relative attention, $(q_i + v)^\top r_s + b_s$ at table entry $s = j + q - 1 - i$
+    (`relative_attention.py`), and the content bias $u$ of $(q_i + u)^\top k_j$.
+
+    Shape:
+        `table` `[heads, rlen, d_head]` (entry $s$ the distance `klen - 1 - s`; `rlen >= klen`), `content_bias`
+        ($u$) and `position_bias` ($v$) `[heads, d_head]` or None, `entry_bias` ($b$) `[heads, rlen]` or None.
+    """
+    table: torch.Tensor
+    content_bias: Optional[torch.Tensor] = None
+    position_bias: Optional[torch.Tensor] = None
+    entry_bias: Optional[torch.Tensor] = None
+
+    def tensors(self) -> List[torch.Tensor]:
+        return [t for t in (self.table, self.content_bias, self.position_bias, self.entry_bias) if t is not None]
+
+
+ScoreHook = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def scores_from_terms(get_scores: ScoreHook) -> ScoreHook:
+    """Mark a `get_scores` as $q_i^\\top k_j$ plus the module's `position_terms`, which the fast implementations
+    compute without calling it. An override without the mark is called by the reference path, the only one that
+    runs it."""
+    get_scores.scores_from_terms = True
+    return get_scores
+
+
+def _dropout_active(dropout: Optional[nn.Module]) -> bool:
+    return dropout is not None and dropout.training and dropout.p > 0
+
+
+def _may_mask_a_whole_row(masked: Optional[torch.Tensor], qlen: int, klen: int) -> bool:
+    """Whether some query has every key masked (a decoder window mask never does)."""
+    if masked is None:
+        return False
+    mask_2d = masked if masked.dim() == 2 else (masked[:, :, 0] if masked.shape[2] == 1 else None)
+    if mask_2d is not None and mask_2d.shape == (qlen, klen) and decoder_key_window(mask_2d, qlen, klen) is not None:
+        return False
+    return bool(masked.all(dim=1).any())
+
+
+def _kernel_refusal(plan: Plan, q: torch.Tensor, klen: int, terms: Optional[RelativeTerms], window: Optional[int],
+                    tensors: List[torch.Tensor]) -> Optional[str]:
+    if terms is None:
+        return 'no relative position terms (the kernel computes relative attention)'
+    if terms.table.shape[-2] < klen:
+        return f'a table of {terms.table.shape[-2]} entries for {klen} keys: the kernel reads one entry per distance'
+    if not native_kernels_enabled():
+        return 'our kernels are disabled (LABML_TXL_NATIVE=0 or native.disabled())'
+    if plan.device_type != 'cpu':
+        return f'on {plan.device_type}: the kernel runs on the CPU'
+    if plan.autocast is not None:
+        return f'under autocast to {plan.autocast}: the kernel computes in float32'
+    if plan.compiling:
+        return 'inside torch.compile, which does not trace it'
+    if any(t.dtype != torch.float32 or t.device.type != 'cpu' for t in tensors):
+        return f'{q.dtype} inputs: the kernel takes float32 CPU tensors'
+    if window is None:
+        return "the mask is not a decoder's causal or same_length window"
+    if not native_attention.kernel_available():
+        return 'the kernel could not be built, or failed its first check'
+    return None
+
+
+def choose_attention(plan: Plan, q: torch.Tensor, klen: int, masked: Optional[torch.Tensor],
+                     terms: Optional[RelativeTerms], get_scores: Optional[ScoreHook], dropout: Optional[nn.Module],
+                     need_weights: bool, round_scores_to_float32: bool, tensors: List[torch.Tensor]
+                     ) -> Tuple[str, Optional[int]]:
+    """The implementation of `attend` for this call and, for the kernel, the window of keys each query sees."""
+    qlen = q.shape[-2]
+    masked_2d = heads_mask(masked)
+    window = decoder_key_window(masked_2d, qlen, klen) if masked_2d is not None and masked_2d.dim() == 2 else None
+    if plan.impl == 'reference':
+        everything = "impl='reference' asks for the specification"
+        return _decide('attention', [('kernel', everything), ('sdpa', everything), ('composite', everything),
+                                     ('reference', None)]), None
+    # A reason that holds for every implementation but the reference
+    common = None
+    if get_scores is not None:
+        common = 'the scores come from an overridden get_scores, which only the reference calls'
+    elif round_scores_to_float32:
+        common = 'the scores are rounded to float32 before the softmax (only the reference shows them)'
+    kernel = common or _kernel_refusal(plan, q, klen, terms, window, [q] + tensors)
+    if kernel is None and need_weights:
+        kernel = 'the weights are asked for (need_weights), which the kernel never keeps'
+    if kernel is None and _dropout_active(dropout):
+        kernel = 'attention dropout in training: the kernel has none'
+    sdpa = common
+    if sdpa is None and need_weights:
+        sdpa = 'the weights are asked for (need_weights), which SDPA never shows'
+    if sdpa is None and terms is not None and plan.grad:
+        sdpa = 'gradients are recorded: SDPA has no fused backward for a bias that needs one (slower than the composite)'
+    if sdpa is None and _dropout_active(dropout):
+        sdpa = 'attention dropout in training: SDPA would draw its own masks, other than the other paths draw'
+    if sdpa is None and _may_mask_a_whole_row(masked, qlen, klen):
+        sdpa = 'a query has every key masked: SDPA gives NaN there, the others give zero weights'
+    chosen = _decide('attention', [('kernel', kernel), ('sdpa', sdpa), ('composite', common), ('reference', None)])
+    return chosen, window
+
+
+def attend(plan: Plan, q: torch.Tensor, k: torch.Tensor, values: torch.Tensor, *, scale: float,
+           masked: Optional[torch.Tensor] = None, terms: Optional[RelativeTerms] = None,
+           get_scores: Optional[ScoreHook] = None, dropout: Optional[nn.Module] = None, need_weights: bool = False,
+           k_memory: Optional[torch.Tensor] = None, values_memory: Optional[torch.Tensor] = None,
+           round_scores_to_float32: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    r"""
+    $\mathop{Attn}_i = \sum_j \mathop{softmax}_j(\mathit{scale} \cdot A_{i,j})\, v_j$ over the keys not `masked`,
+    with `dropout` on the weights, by the implementation `choose_attention` picks. $A$ is $q_i^\top k_j$, plus the
+    relative terms when `terms` are given, or whatever `get_scores` computes (labml_nn's hook: the reference then
+    calls it on the seq-first queries and keys).
+
+    The queries are the last `qlen` of the `klen` key positions. Keys and values come in one part (`k`, `values`)
+    or two: the memory's (`k_memory`, `values_memory`) then the segment's; the kernel reads both where they are.
+
+    Shape:
+        `q` `[batch, heads, qlen, d_head]`, `k`, `values` `[batch, heads, len, d_head]`, `k_memory`, `values_memory`
+        `[batch, heads, mlen, d_head]` or None (any strides); `masked` True where a key is masked, `[qlen, klen]` or
+        `[qlen or 1, klen, batch or 1]`; `get_scores(q, k)` takes `[len, batch, heads, d_head]` and returns
+        `[qlen, klen, batch, heads]`. Returns `[qlen, batch, heads * d_head]` and, with `need_weights`, the
+        weights `[qlen, klen, batch, heads]` (else None).
+    """
+    klen = k.shape[-2] + (0 if k_memory is None else k_memory.shape[-2])
+    tensors = [t for t in (k, values, k_memory, values_memory) if t is not None]
+    tensors += [] if terms is None else terms.tensors()
+    chosen, window = choose_attention(plan, q, klen, masked, terms, get_scores, dropout, need_weights,
+                                      round_scores_to_float32, tensors)
+    if chosen == 'kernel':
+        needs_grad = plan.grad and any(t.requires_grad for t in [q] + tensors)
+        return native_attention.causal_relative_attention(
+            q, k, values, terms.table, terms.content_bias, terms.position_bias, scale, terms.entry_bias, window,
+            k_memory=k_memory, values_memory=values_memory, needs_grad=needs_grad), None
+    if k_memory is not None:
+        k, values = torch.cat([k_memory, k], dim=-2), torch.cat([values_memory, values], dim=-2)
+    if chosen == 'reference':
+        return _reference(q, k, values, scale, masked, terms, get_scores, dropout, need_weights,
+                          round_scores_to_float32)
+    q = q.contiguous()
+    masked = heads_mask(masked)
+    if chosen == 'sdpa':
+        if terms is None:
+            bias = None if masked is None else ~masked
+        else:
+            # $\mathit{scale} \cdot ((b) + (d))$ as the bias, $-\infty$ where masked; $(q + u)$ for the content term
+            bias = position_terms(q, terms.table, terms.position_bias, terms.entry_bias, klen, scale)
+            bias = bias.contiguous() if masked is None else torch.where(masked, float('-inf'), bias)
+            bias = bias.to(q.dtype)
+            q = q if terms.content_bias is None else q + terms.content_bias[:, None]
+        return merge_heads(F.scaled_dot_product_attention(q, k, values, attn_mask=bias, scale=scale)), None
+    # The composite: $\mathit{scale} \cdot A$ head-major, the masked softmax in place, dropout, $\cdot V$
+    if terms is None:
+        scores = torch.matmul(q, k.transpose(-1, -2)).mul_(scale)
+    else:
+        scores = relative_scores(q, k, terms.table, terms.content_bias, terms.position_bias, terms.entry_bias, scale)
+    weights = masked_softmax(scores, masked, dim=-1, inplace=True)
+    if dropout is not None:
+        weights = dropout(weights)
+    out = merge_heads(torch.matmul(weights, values))
+    return out, (weights.permute(2, 3, 0, 1) if need_weights else None)
+
+
+def _reference(q, k, values, scale, masked, terms, get_scores, dropout, need_weights, round_scores_to_float32):
+    """`relative_attention.attention` on the seq-first views of the head-major inputs."""
+    q, k, values = (t.permute(2, 0, 1, 3) for t in (q, k, values))
+    if get_scores is not None:
+        scores = get_scores(q, k)
+    elif terms is None:
+        scores = dot_product_scores(q, k)
+    else:
+        entry_bias = None if terms.entry_bias is None else terms.entry_bias.transpose(0, 1)
+        scores = relative_attention_scores(q, k, terms.table.transpose(0, 1), terms.content_bias,
+                                           terms.position_bias, entry_bias)
+    out, weights = attention(scores, values, masked, scale, dropout, round_scores_to_float32)
+    return out.flatten(-2), (weights if need_weights else None)
+
+
+# -- linear layers, layer norm, dropout --
+
+def _prepacked_refusal(plan: Plan, x: torch.Tensor, weight: torch.Tensor) -> Optional[str]:
+    if plan.impl == 'reference':
+        return "impl='reference'"
+    if plan.grad:
+        return 'gradients are recorded (the packed product has no backward; packing every step costs more)'
+    if plan.device_type != 'cpu' or x.dtype != torch.float32 or weight.dtype != torch.float32:
+        return 'oneDNN packing serves float32 on the CPU'
+    if plan.autocast is not None or plan.compiling:
+        return 'under autocast or torch.compile'
+    if not isinstance(weight, nn.Parameter):
+        return 'the weight is made per call: packing it would cost more than it saves'
+    if x.dim() < 2 or x.numel() < 2 * x.shape[-1]:
+        return 'a single row: a matrix-vector product, which F.linear does faster'
+    if not prepacked_linear.available():
+        return "oneDNN's linear ops are missing or failed their first check"
+    return None
+
+
+def linear(plan: Plan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+           relu: bool = False) -> torch.Tensor:
+    r"""$x W^\top + b$ (and $\max(0, \cdot)$ of it with `relu`), by oneDNN with `weight` prepacked where it serves,
+    else `F.linear`.
+
+    Shape:
+        `x` `[..., in_features]`, `weight` `[out_features, in_features]`, `bias` `[out_features]` or None."""
+    if _decide('linear', [('prepacked', _prepacked_refusal(plan, x, weight)), ('F.linear', None)]) == 'prepacked':
+        return prepacked_linear.prepacked_linear(x, weight, bias, relu)
+    y = F.linear(x, weight, bias)
+    return torch.relu_(y) if relu else y
+
+
+def residual_layer_norm(plan: Plan, residual: torch.Tensor, x: torch.Tensor, layer_norm: nn.LayerNorm) -> torch.Tensor:
+    r"""$\mathop{LN}(\mathit{residual} + x)$: by our kernel in one pass where it serves, else `layer_norm(residual + x)`."""
+    weight, bias = layer_norm.weight, layer_norm.bias
+    refusal = None
+    if plan.impl == 'reference':
+        refusal = "impl='reference'"
+    elif not native_kernels_enabled():
+        refusal = 'our kernels are disabled'
+    elif plan.grad or plan.autocast is not None or plan.compiling:
+        refusal = 'gradients are recorded, or under autocast or torch.compile (the kernel is for float32 inference)'
+    elif (weight is None or bias is None or len(layer_norm.normalized_shape) != 1 or x.shape != residual.shape
+          or not all(t.device.type == 'cpu' and t.dtype == torch.float32 and t.is_contiguous()
+                     for t in (x, residual, weight, bias))):
+        refusal = 'the kernel takes contiguous float32 CPU tensors of one shape and an affine norm over the last axis'
+    elif not native_layer_norm.kernel_available():
+        refusal = 'the kernel could not be built, or failed its first check'
+    if _decide('residual layer norm', [('kernel', refusal), ('PyTorch', None)]) == 'kernel':
+        return native_layer_norm.residual_layer_norm(residual, x, layer_norm)
+    return layer_norm(residual + x)
+
+
+def dropout_path(dropout: nn.Dropout, x: torch.Tensor, threshold: int) -> str:
+    r"""How `dropout.Dropout` draws the mask of `x`: `'kernel'` (ours, inside the pass that applies it), `'16-bit'`
+    (PyTorch's draws of 16-bit integers) or `'nn.Dropout'`. Not a matter of `impl`: the masks must not depend on
+    it. `threshold` is $t = \mathop{round}(p \cdot 2^{16})$."""
+    own = None
+    if not dropout.training or not 0 < threshold < 2 ** 16:
+        own = 'not training, or p within 2^-17 of 0 or 1'
+    elif x.device.type != 'cpu' or not x.is_floating_point():
+        own = "not a floating-point CPU tensor (CUDA's fused dropout is faster)"
+    elif torch.compiler.is_compiling():
+        own = 'inside torch.compile, which has its own random numbers'
+    kernel = own
+    if kernel is None and not (native_kernels_enabled() and x.dtype == torch.float32):
+        kernel = 'our kernels are disabled, or not float32'
+    if kernel is None and not native_dropout.kernel_available():
+        kernel = 'the kernel could not be built, or failed its first check'
+    return _decide('dropout', [('kernel', kernel), ('16-bit', own), ('nn.Dropout', None)])
+
+
+def compiling() -> bool:
+    """Whether `torch.compile` is tracing (checks that read values run in eager mode only)."""
+    return torch.compiler.is_compiling()
