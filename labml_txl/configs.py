@@ -18,6 +18,7 @@ from torch import nn
 from .config_validation import ValidatedConfigs
 from .feed_forward import FeedForward
 from .mha import MultiHeadAttention
+from .presets import PRESETS, TRAINING_COLUMNS
 from .relative_mha import RelativeMultiHeadAttention
 from .xl import MemTransformerLM
 from .models import (Decoder, Encoder, EncoderDecoder, EmbeddingsWithLearnedPositionalEncoding,
@@ -352,42 +353,10 @@ for _name, _attn_type in (('relative', 0), ('learnable', 1), ('absolute', 2), ('
     aggregate(TransformerXLConfigs.attention, _name, (TransformerXLConfigs.attn_type, _attn_type))
 
 
-# ## Presets of the original run scripts
-#
-# Model and evaluation columns of `presets.md`; all use `attn_type` 0, tied weights and `d_embed = d_model`.
-# Training columns (optimizer, schedule, batch size, steps) are set by the training configs' presets.
+# ## Presets of the original run scripts: the model and evaluation columns of `presets.py`'s table
 
-def _preset(name: str, *, n_layer: int, d_model: int, n_head: int, d_head: int, d_inner: int, dropout: float,
-            dropatt: float, tgt_len: int, mem_len: int, eval_tgt_len: int, test_tgt_len: int, test_mem_len: int,
-            test_clamp_len: int, cutoffs: List[int] = (), div_val: int = 1, tie_projs: str = 'none'):
-    c = TransformerXLConfigs
-    aggregate(c.preset, name,
-              (c.n_layer, n_layer), (c.d_model, d_model), (c.n_head, n_head), (c.d_head, d_head),
-              (c.d_inner, d_inner), (c.dropout, dropout), (c.dropatt, dropatt), (c.tgt_len, tgt_len),
-              (c.mem_len, mem_len), (c.cutoffs, list(cutoffs)), (c.div_val, div_val), (c.tie_projs, tie_projs),
-              (c.eval_tgt_len, eval_tgt_len), (c.test_tgt_len, test_tgt_len), (c.test_mem_len, test_mem_len),
-              (c.test_clamp_len, test_clamp_len), (c.test_same_length, True))
-
-
-_CHARACTER_BASE = dict(n_layer=12, d_model=512, n_head=8, d_head=64, d_inner=2048, dropout=0.1, dropatt=0.0,
-                       tgt_len=512, mem_len=512, eval_tgt_len=128, test_tgt_len=80, test_mem_len=2100,
-                       test_clamp_len=820)
-_CHARACTER_LARGE = dict(n_layer=24, d_model=1024, n_head=8, d_head=128, d_inner=3072, dropout=0.15, dropatt=0.15,
-                        tgt_len=768, mem_len=768, eval_tgt_len=128, test_tgt_len=128, test_mem_len=3800,
-                        test_clamp_len=1000)
-_preset('enwik8_base', **_CHARACTER_BASE)
-_preset('enwik8_large', **_CHARACTER_LARGE)
-_preset('text8_base', **_CHARACTER_BASE)
-_preset('text8_large', **_CHARACTER_LARGE)
-_preset('wt103_base', n_layer=16, d_model=410, n_head=10, d_head=41, d_inner=2100, dropout=0.1, dropatt=0.0,
-        tgt_len=150, mem_len=150, eval_tgt_len=150, test_tgt_len=64, test_mem_len=640, test_clamp_len=400,
-        cutoffs=[20000, 40000, 200000], div_val=1, tie_projs='all_but_first')
-_preset('wt103_large', n_layer=18, d_model=1024, n_head=16, d_head=64, d_inner=4096, dropout=0.2, dropatt=0.2,
-        tgt_len=384, mem_len=384, eval_tgt_len=128, test_tgt_len=128, test_mem_len=1600, test_clamp_len=1000,
-        cutoffs=[20000, 40000, 200000], div_val=4, tie_projs='all_but_first')
-_preset('lm1b_base', n_layer=18, d_model=1024, n_head=8, d_head=128, d_inner=4096, dropout=0.0, dropatt=0.0,
-        tgt_len=32, mem_len=32, eval_tgt_len=32, test_tgt_len=32, test_mem_len=128, test_clamp_len=-1,
-        cutoffs=[60000, 100000, 640000], div_val=4, tie_projs='none')
-_preset('lm1b_large', n_layer=24, d_model=1280, n_head=16, d_head=80, d_inner=8192, dropout=0.05, dropatt=0.05,
-        tgt_len=32, mem_len=32, eval_tgt_len=32, test_tgt_len=32, test_mem_len=128, test_clamp_len=-1,
-        cutoffs=[60000, 100000, 640000], div_val=4, tie_projs='none')
+for _name, _row in PRESETS.items():
+    aggregate(TransformerXLConfigs.preset, _name,
+              *((getattr(TransformerXLConfigs, column), copy.copy(value)) for column, value in _row.items()
+                if column not in TRAINING_COLUMNS),
+              (TransformerXLConfigs.test_same_length, True))

@@ -14,6 +14,7 @@ from labml.configs import aggregate, option
 from ..configs import TransformerXLConfigs
 from ..data import Corpus, get_corpus
 from ..errors import closest, describe_choices, require_positive_int
+from ..presets import PRESETS, TRAINING_COLUMNS
 from .schedules import SCHEDULES, make_scheduler
 
 PRECISIONS = ('float32', 'bf16', 'fp16')
@@ -187,18 +188,8 @@ def device_of(c: TrainXLConfigs) -> torch.device:
     return device_of_name(c.device)
 
 
-# ## Training columns of the presets (`tests/reference/xl/presets.md`)
+# ## Presets: the training columns of `presets.py`'s table
 
-def _training_preset(name: str, *, warmup_step: int, max_step: int, batch_size: int):
-    aggregate(TrainXLConfigs.preset, name, (TrainXLConfigs.warmup_step, warmup_step),
-              (TrainXLConfigs.max_step, max_step), (TrainXLConfigs.batch_size, batch_size))
-
-
-_training_preset('enwik8_base', warmup_step=0, max_step=400000, batch_size=22)
-_training_preset('enwik8_large', warmup_step=4000, max_step=400000, batch_size=64)
-_training_preset('text8_base', warmup_step=0, max_step=400000, batch_size=22)
-_training_preset('text8_large', warmup_step=0, max_step=400000, batch_size=64)
-_training_preset('wt103_base', warmup_step=0, max_step=200000, batch_size=60)
-_training_preset('wt103_large', warmup_step=16000, max_step=4000000, batch_size=128)
-_training_preset('lm1b_base', warmup_step=20000, max_step=500000, batch_size=224)
-_training_preset('lm1b_large', warmup_step=30000, max_step=1200000, batch_size=512)
+for _name, _row in PRESETS.items():
+    aggregate(TrainXLConfigs.preset, _name, *((getattr(TrainXLConfigs, column), _row[column])
+                                              for column in TRAINING_COLUMNS))
