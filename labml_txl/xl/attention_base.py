@@ -19,14 +19,14 @@ before (`mems_kv`, see `kv_memo.py`); the ones computed are returned with `retur
 product depends only on its own input row (`LayerNorm` too, with `pre_lnorm`).
 """
 from dataclasses import dataclass
-from typing import Optional, Tuple, Union
+from typing import Optional, Tuple
 
 import torch
 from torch import nn
 
 from .. import dispatch
 from ..attention_heads import split_heads
-from ..dispatch import Plan, RelativeTerms
+from ..dispatch import Plan
 from ..dropout import Dropout
 from ..errors import require_bool, require_positive_int, require_probability
 
@@ -37,6 +37,12 @@ class KeysValues:
     to it) and of its segment, each `[2, bsz, n_head, len, d_head]` (views of the projections)."""
     memory: Optional[torch.Tensor]
     segment: torch.Tensor
+
+    def attend_arguments(self) -> dict:
+        """The keys and values as `dispatch.attend` takes them: the segment's, and the memory's apart."""
+        k, values = self.segment.unbind(0)
+        k_memory, values_memory = (None, None) if self.memory is None else self.memory.unbind(0)
+        return dict(k=k, values=values, k_memory=k_memory, values_memory=values_memory)
 
 
 class XLAttentionBase(nn.Module):
@@ -94,20 +100,11 @@ class XLAttentionBase(nn.Module):
         """$[W_k; W_v] x$ `[len, bsz, 2 * n_head * d_head]` as `[2, bsz, n_head, len, d_head]`, a view."""
         return split_heads(kv, 2 * self.n_head).unflatten(1, (2, self.n_head)).transpose(0, 1)
 
-    def _attend(self, plan: Plan, w: torch.Tensor, q: torch.Tensor, kv: KeysValues, attn_mask: Optional[torch.Tensor],
-                terms: Optional[RelativeTerms], return_kv: bool) -> Union[torch.Tensor, Tuple[torch.Tensor, KeysValues]]:
-        """Attention by the dispatcher, then the output projection, dropout and the residual connection with layer
-        normalisation; with `return_kv` also the keys and values."""
-        k, values = kv.segment.unbind(0)
-        k_memory, values_memory = (None, None) if kv.memory is None else kv.memory.unbind(0)
-        attn_vec, _ = dispatch.attend(plan, q, k, values, scale=self.scale, masked=attn_mask, terms=terms,
-                                      dropout=self.dropatt, k_memory=k_memory, values_memory=values_memory,
-                                      round_scores_to_float32=self.round_scores_to_float32)
+    def _output(self, plan: Plan, w: torch.Tensor, attn_vec: torch.Tensor) -> torch.Tensor:
+        """The output projection, dropout and the residual connection with layer normalisation."""
         attn_out = self.drop(dispatch.linear(plan, attn_vec, self.o_net.weight))
         if self.pre_lnorm:
             # $w + W_o\,\mathop{Attn}(\mathop{LN}(\cdot))$
-            out = w + attn_out
-        else:
-            # $\mathop{LN}(w + W_o\,\mathop{Attn}(\cdot))$
-            out = dispatch.residual_layer_norm(plan, w, attn_out, self.layer_norm)
-        return (out, kv) if return_kv else out
+            return w + attn_out
+        # $\mathop{LN}(w + W_o\,\mathop{Attn}(\cdot))$
+        return dispatch.residual_layer_norm(plan, w, attn_out, self.layer_norm)

@@ -403,57 +403,23 @@ class MemTransformerLM(nn.Module):
         if not keep_kv:
             self._kv_memo.clear()
 
-        def layer_mems(i: int) -> Optional[torch.Tensor]:
-            return mems[i] if mlen > 0 else None
-
-        def relative_layer(i: int, layer: nn.Module, *position_args) -> torch.Tensor:
-            mems_kv = self._kv_memo.lookup(i, layer_mems(i), layer.dec_attn) if keep_kv else None
-            out = layer(core_out, *position_args, dec_attn_mask=dec_attn_mask, mems=layer_mems(i), mems_kv=mems_kv,
-                        plan=plan, return_kv=keep_kv)
-            if keep_kv:
-                out, kv = out
-                kvs.append(kv)
-            return out
-
         core_out = self.drop(word_emb)
-        # The inputs of every layer, to be cached
-        hids = [core_out]
-        # Keys and values of every layer's memory and segment, when they are kept
-        kvs = []
-        if self.attn_type == 0:
+        # The sinusoids of attention types 0 (distances) and 2 (window positions), `[klen, 1, d_model]`
+        pos_emb = None
+        if self.attn_type in (0, 2):
             pos_emb = self.drop(self._cached_positions(plan, qlen, klen, word_emb.dtype, word_emb.device))
-            for i, layer in enumerate(self.layers):
-                core_out = relative_layer(i, layer, pos_emb, None if self.untie_r else self.r_w_bias,
-                                          None if self.untie_r else self.r_r_bias)
-                hids.append(core_out)
-        elif self.attn_type == 1:
-            for i, layer in enumerate(self.layers):
-                if self.clamp_len > 0:
-                    r_emb, r_bias = self.r_emb[i][-self.clamp_len:], self.r_bias[i][-self.clamp_len:]
-                else:
-                    r_emb, r_bias = self.r_emb[i], self.r_bias[i]
-                core_out = relative_layer(i, layer, r_emb, self.r_w_bias[i], r_bias)
-                hids.append(core_out)
-        elif self.attn_type == 2:
-            pos_emb = self.drop(self._cached_positions(plan, qlen, klen, word_emb.dtype, word_emb.device))
-            for i, layer in enumerate(self.layers):
-                mems_i = layer_mems(i)
-                if i == 0:
-                    # Positions of the window, added to new tensors: the cache stays position-free
-                    layer_in = core_out + pos_emb[mlen:]
-                    mems_i = None if mems_i is None else mems_i + pos_emb[:mlen]
-                else:
-                    layer_in = core_out
-                core_out = layer(layer_in, dec_attn_mask=dec_attn_mask, mems=mems_i, plan=plan)
-                hids.append(core_out)
-        else:
-            for i, layer in enumerate(self.layers):
-                # Learned embeddings of the `klen` window positions, `[klen, 1, d_model]`
-                table = last_rows(self.r_emb[i], klen).reshape(klen, 1, self.d_model)
-                mems_i = layer_mems(i)
-                mems_i = None if mems_i is None else mems_i + table[:mlen]
-                core_out = layer(core_out + table[mlen:], dec_attn_mask=dec_attn_mask, mems=mems_i, plan=plan)
-                hids.append(core_out)
+        # The inputs of every layer, to be cached, and the keys and values of every layer's memory and segment
+        hids, kvs = [core_out], []
+        for i, layer in enumerate(self.layers):
+            mems_i = mems[i] if mlen > 0 else None
+            layer_in, mems_i, position_args = self._layer_inputs(i, core_out, mems_i, mlen, klen, pos_emb)
+            mems_kv = self._kv_memo.lookup(i, mems_i, layer.dec_attn) if keep_kv else None
+            core_out = layer(layer_in, *position_args, dec_attn_mask=dec_attn_mask, mems=mems_i, mems_kv=mems_kv,
+                             plan=plan, return_kv=keep_kv)
+            if keep_kv:
+                core_out, kv = core_out
+                kvs.append(kv)
+            hids.append(core_out)
 
         core_out = self.drop(core_out)
         new_mems = self._update_mems(hids, mems, qlen, mlen)
@@ -463,6 +429,29 @@ class MemTransformerLM(nn.Module):
                 # The same slice of the keys and values as of the states: `[2, bsz, n_head, beg:end, d_head]`
                 self._kv_memo.store(i, new_mems[i], kv.memory, kv.segment, beg_idx, end_idx, self.layers[i].dec_attn)
         return core_out, new_mems
+
+    def _layer_inputs(self, i: int, core_out: torch.Tensor, mems_i: Optional[torch.Tensor], mlen: int, klen: int,
+                      pos_emb: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Optional[torch.Tensor], tuple]:
+        """What layer `i` takes for its attention type: its input, its memory (with the positions the absolute types
+        add to new tensors: the cache stays position-free) and the position arguments of its attention."""
+        if self.attn_type == 0:
+            # The sinusoids $R$ and the biases $u$, $v$ (the layer's own with `untie_r`)
+            shared = (None, None) if self.untie_r else (self.r_w_bias, self.r_r_bias)
+            return core_out, mems_i, (pos_emb,) + shared
+        if self.attn_type == 1:
+            # The learned table $e$, the bias $u$ and the per-entry bias $b$ of layer `i`
+            r_emb, r_bias = self.r_emb[i], self.r_bias[i]
+            if self.clamp_len > 0:
+                r_emb, r_bias = r_emb[-self.clamp_len:], r_bias[-self.clamp_len:]
+            return core_out, mems_i, (r_emb, self.r_w_bias[i], r_bias)
+        if self.attn_type == 2:
+            if i > 0:
+                return core_out, mems_i, ()
+            # Sinusoidal positions of the window, added to the first layer's input
+            return core_out + pos_emb[mlen:], None if mems_i is None else mems_i + pos_emb[:mlen], ()
+        # Learned embeddings of the `klen` window positions, `[klen, 1, d_model]`, added to every layer's input
+        table = last_rows(self.r_emb[i], klen).reshape(klen, 1, self.d_model)
+        return core_out + table[mlen:], None if mems_i is None else mems_i + table[:mlen], ()
 
     def _mem_bounds(self, qlen: int, mlen: int) -> Tuple[int, int]:
         """`[beg, end)` of `[memory, segment]` that becomes the next memory, by the original's rule (see the

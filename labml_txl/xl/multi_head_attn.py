@@ -15,6 +15,7 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import nn
 
+from .. import dispatch
 from ..dispatch import Plan
 from .attention_base import KeysValues, XLAttentionBase
 
@@ -45,4 +46,7 @@ class MultiHeadAttn(XLAttentionBase):
         # $[W_q; W_k; W_v]$ as one product of the segment
         q, kv = self._project(plan, torch.cat([self.q_net.weight, self.kv_net.weight]), h, mems, mems_kv)
         # $A_{i,j} = q_i^\top k_j$
-        return self._attend(plan, h, q, kv, attn_mask, None, return_kv)
+        attn_vec, _ = dispatch.attend(plan, q, **kv.attend_arguments(), scale=self.scale, masked=attn_mask,
+                                      dropout=self.dropatt)
+        out = self._output(plan, h, attn_vec)
+        return (out, kv) if return_kv else out

@@ -16,6 +16,7 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import nn
 
+from .. import dispatch
 from ..dispatch import Plan, RelativeTerms
 from .attention_base import KeysValues, XLAttentionBase
 
@@ -56,4 +57,7 @@ class RelLearnableMultiHeadAttn(XLAttentionBase):
         # $e_s$ and $b_s$ for the distances `klen - 1 .. 0`: $(q_i + u)^\top k_j + q_i^\top e_s + b_s$
         terms = RelativeTerms(last_rows(r_emb, klen).transpose(0, 1), content_bias=r_w_bias,
                               entry_bias=last_rows(r_bias, klen).transpose(0, 1))
-        return self._attend(plan, w, q, kv, attn_mask, terms, return_kv)
+        attn_vec, _ = dispatch.attend(plan, q, **kv.attend_arguments(), scale=self.scale, masked=attn_mask, terms=terms,
+                                      dropout=self.dropatt)
+        out = self._output(plan, w, attn_vec)
+        return (out, kv) if return_kv else out

@@ -15,6 +15,7 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import nn
 
+from .. import dispatch
 from ..dispatch import Plan, RelativeTerms
 from ..parameter_versions import track_fused_optimizer_steps
 from .attention_base import KeysValues, XLAttentionBase
@@ -83,4 +84,7 @@ class RelPartialLearnableMultiHeadAttn(XLAttentionBase):
         q, kv = self._project(plan, self.qkv_net.weight, w, mems, mems_kv)
         # $A^{rel}_{i,j} = (q_i + u)^\top k_j + (q_i + v)^\top W_{k,R} R_{i-j}$
         terms = RelativeTerms(self._projected_table(plan, r), content_bias=r_w_bias, position_bias=r_r_bias)
-        return self._attend(plan, w, q, kv, attn_mask, terms, return_kv)
+        attn_vec, _ = dispatch.attend(plan, q, **kv.attend_arguments(), scale=self.scale, masked=attn_mask, terms=terms,
+                                      dropout=self.dropatt, round_scores_to_float32=self.round_scores_to_float32)
+        out = self._output(plan, w, attn_vec)
+        return (out, kv) if return_kv else out
