@@ -192,7 +192,8 @@ def products_runner(cfg: BenchConfig) -> Callable[[], None]:
     Only the products of one evaluation segment of the fast path, at its shapes and with its kernels, with a full
     memory whose keys and values are kept: per layer $[W_q; W_k; W_v]$ of the segment, the attention (what
     `dispatch.attend` runs for it: our kernel where it is available), $W_o$ and the two feed-forward layers (what
-    `dispatch.linear` runs: oneDNN with prepacked weights, the ReLU applied by the product); then the softmax layer. Nothing else (no layer norm, residual, copy or memory update outside these kernels).
+    `dispatch.linear` runs: oneDNN with prepacked weights, the ReLU applied by the product); then the softmax layer.
+    Nothing else (no layer norm, residual, copy or memory update outside these kernels).
     An implementation that computes these products with these kernels on this machine evaluates no faster than this:
     its tokens/s bound the fast path's.
     """

@@ -199,7 +199,8 @@ def choose_attention(plan: Plan, q: torch.Tensor, klen: int, masked: Optional[to
                      ) -> Tuple[str, Optional[int]]:
     """The implementation of `attend` for this call and, for the kernel, the window of keys each query sees."""
     qlen = q.shape[-2]
-    masked_2d = heads_mask(masked)
+    # (the mask is read only in eager mode: under `torch.compile` reading it would break the graph)
+    masked_2d = None if plan.compiling else heads_mask(masked)
     window = decoder_key_window(masked_2d, qlen, klen) if masked_2d is not None and masked_2d.dim() == 2 else None
     if plan.impl == 'reference':
         everything = "impl='reference' asks for the specification"
@@ -220,10 +221,13 @@ def choose_attention(plan: Plan, q: torch.Tensor, klen: int, masked: Optional[to
     if sdpa is None and need_weights:
         sdpa = 'the weights are asked for (need_weights), which SDPA never shows'
     if sdpa is None and terms is not None and plan.grad:
-        sdpa = 'gradients are recorded: SDPA has no fused backward for a bias that needs one (slower than the composite)'
+        sdpa = ('gradients are recorded: SDPA has no fused backward for a bias that needs one '
+                '(slower than the composite)')
     if sdpa is None and _dropout_active(dropout):
         sdpa = 'attention dropout in training: SDPA would draw its own masks, other than the other paths draw'
-    if sdpa is None and _may_mask_a_whole_row(masked, qlen, klen):
+    if sdpa is None and masked is not None and plan.compiling:
+        sdpa = 'inside torch.compile the mask is not read, and a query with every key masked would give NaN in SDPA'
+    elif sdpa is None and _may_mask_a_whole_row(masked, qlen, klen):
         sdpa = 'a query has every key masked: SDPA gives NaN there, the others give zero weights'
     chosen = _decide('attention', [('kernel', kernel), ('sdpa', sdpa), ('composite', common), ('reference', None)])
     return chosen, window
@@ -338,7 +342,8 @@ def linear(plan: Plan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[tor
 
 
 def residual_layer_norm(plan: Plan, residual: torch.Tensor, x: torch.Tensor, layer_norm: nn.LayerNorm) -> torch.Tensor:
-    r"""$\mathop{LN}(\mathit{residual} + x)$: by our kernel in one pass where it serves, else `layer_norm(residual + x)`."""
+    r"""$\mathop{LN}(\mathit{residual} + x)$: by our kernel in one pass where it serves, else
+    `layer_norm(residual + x)`."""
     weight, bias = layer_norm.weight, layer_norm.bias
     refusal = None
     if plan.impl == 'reference':

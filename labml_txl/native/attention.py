@@ -138,10 +138,11 @@ def causal_relative_attention(q: torch.Tensor, k: torch.Tensor, values: torch.Te
                               needs_grad: bool = False) -> torch.Tensor:
     r"""
     $\sum_j \mathop{softmax}_j(\mathit{scale} \cdot A_{i,j}) v_j$ over the `window` keys up to each query's own
-    position (None: all of them, the decoder's causal mask), by the kernel (where `dispatch.attend` chooses it). The keys and values are `k_memory` followed by `k` and `values_memory` followed by `values`
-    (both memory parts None: `k` and `values` are all of them): without gradients the kernel reads the two parts
-    where they are, so they need not be concatenated. With `needs_grad` (an input requires a gradient and autograd
-    records), the forward pass keeps the attention weights (`[batch, heads, qlen, klen]`, float32) for the kernel's backward pass.
+    position (None: all of them, the decoder's causal mask), by the kernel (where `dispatch.attend` chooses it). The
+    keys and values are `k_memory` followed by `k` and `values_memory` followed by `values` (both memory parts None:
+    `k` and `values` are all of them): without gradients the kernel reads the two parts where they are, so they
+    need not be concatenated. With `needs_grad` (an input requires a gradient and autograd records), the forward
+    pass keeps the attention weights (`[batch, heads, qlen, klen]`, float32) for the kernel's backward pass.
 
     Shape:
         `q` `[batch, heads, qlen, d_head]`, `k`, `values` `[batch, heads, len, d_head]`, `k_memory`,

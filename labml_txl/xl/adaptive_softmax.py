@@ -133,7 +133,8 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
             else:
                 weight_i, bias_i = self._cluster_params(i)
                 hidden_i = hidden.index_select(0, indices_i)
-                tail_logprob_i = F.log_softmax(self._compute_logit(plan, hidden_i, weight_i, bias_i, self._proj(i)), dim=1)
+                tail_logit_i = self._compute_logit(plan, hidden_i, weight_i, bias_i, self._proj(i))
+                tail_logprob_i = F.log_softmax(tail_logit_i, dim=1)
                 # $\log p_{head}(\text{cluster } i \mid h) + \log p_i(w \mid h)$
                 logprob_i = head_logprob_i[:, -i] + tail_logprob_i.gather(1, target_i[:, None]).squeeze(1)
             # Back to the positions these targets came from
