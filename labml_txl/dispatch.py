@@ -197,7 +197,8 @@ def choose_attention(plan: Plan, q: torch.Tensor, klen: int, masked: Optional[to
                      terms: Optional[RelativeTerms], get_scores: Optional[ScoreHook], dropout: Optional[nn.Module],
                      need_weights: bool, round_scores_to_float32: bool, tensors: List[torch.Tensor]
                      ) -> Tuple[str, Optional[int]]:
-    """The implementation of `attend` for this call and, for the kernel, the window of keys each query sees."""
+    """The implementation of `attend` for this call and, for a decoder's window mask, the number of keys each query
+    sees (None for another mask)."""
     qlen = q.shape[-2]
     # (the mask is read only in eager mode: under `torch.compile` reading it would break the graph)
     masked_2d = None if plan.compiling else heads_mask(masked)
@@ -205,7 +206,7 @@ def choose_attention(plan: Plan, q: torch.Tensor, klen: int, masked: Optional[to
     if plan.impl == 'reference':
         everything = "impl='reference' asks for the specification"
         return _decide('attention', [('kernel', everything), ('sdpa', everything), ('composite', everything),
-                                     ('reference', None)]), None
+                                     ('reference', None)]), window
     # A reason that holds for every implementation but the reference
     common = None
     if get_scores is not None:
@@ -268,7 +269,7 @@ def attend(plan: Plan, q: torch.Tensor, k: torch.Tensor, values: torch.Tensor, *
         k, values = torch.cat([k_memory, k], dim=-2), torch.cat([values_memory, values], dim=-2)
     if chosen == 'reference':
         return _reference(q, k, values, scale, masked, terms, get_scores, dropout, need_weights,
-                          round_scores_to_float32)
+                          round_scores_to_float32, rows_may_be_empty=window is None)
     q = q.contiguous()
     masked = heads_mask(masked)
     if chosen == 'sdpa':
@@ -286,14 +287,16 @@ def attend(plan: Plan, q: torch.Tensor, k: torch.Tensor, values: torch.Tensor, *
         scores = torch.matmul(q, k.transpose(-1, -2)).mul_(scale)
     else:
         scores = relative_scores(q, k, terms.table, terms.content_bias, terms.position_bias, terms.entry_bias, scale)
-    weights = masked_softmax(scores, masked, dim=-1, inplace=True)
+    # (a decoder's window mask leaves every query a key: no second fill for empty rows)
+    weights = masked_softmax(scores, masked, dim=-1, inplace=True, rows_may_be_empty=window is None)
     if dropout is not None:
         weights = dropout(weights)
     out = merge_heads(torch.matmul(weights, values))
     return out, (weights.permute(2, 3, 0, 1) if need_weights else None)
 
 
-def _reference(q, k, values, scale, masked, terms, get_scores, dropout, need_weights, round_scores_to_float32):
+def _reference(q, k, values, scale, masked, terms, get_scores, dropout, need_weights, round_scores_to_float32,
+               rows_may_be_empty):
     """`relative_attention.attention` on the seq-first views of the head-major inputs."""
     q, k, values = (t.permute(2, 0, 1, 3) for t in (q, k, values))
     if get_scores is not None:
@@ -304,7 +307,13 @@ def _reference(q, k, values, scale, masked, terms, get_scores, dropout, need_wei
         entry_bias = None if terms.entry_bias is None else terms.entry_bias.transpose(0, 1)
         scores = relative_attention_scores(q, k, terms.table.transpose(0, 1), terms.content_bias,
                                            terms.position_bias, entry_bias)
-    out, weights = attention(scores, values, masked, scale, dropout, round_scores_to_float32)
+    head_major_dropout = None
+    if dropout is not None:
+        def head_major_dropout(weights: torch.Tensor) -> torch.Tensor:
+            # Dropped in the element order of `[batch, heads, qlen, klen]`: the masks the other paths draw
+            return dropout(weights.permute(2, 3, 0, 1)).permute(2, 3, 0, 1)
+    out, weights = attention(scores, values, masked, scale, head_major_dropout, round_scores_to_float32,
+                             rows_may_be_empty)
     return out.flatten(-2), (weights if need_weights else None)
 
 

@@ -139,17 +139,18 @@ def dot_product_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return torch.einsum('ibnd,jbnd->ijbn', q, k)
 
 
-def masked_softmax(scores: torch.Tensor, masked: Optional[torch.Tensor], dim: int = 1,
-                   inplace: bool = False) -> torch.Tensor:
+def masked_softmax(scores: torch.Tensor, masked: Optional[torch.Tensor], dim: int = 1, inplace: bool = False,
+                   rows_may_be_empty: bool = True) -> torch.Tensor:
     r"""
     Softmax over keys (axis `dim`) with the `masked` entries (True) left out, safe in fp16 and bf16.
 
     Masked scores are filled with the most negative number of the scores' own dtype rather than $-\infty$
     (no `inf - inf`), fp16 and bf16 scores are normalised in float32 and cast back (nothing overflows), and
     the weights of masked keys are set to zero afterwards: a row whose keys are all masked gets all-zero
-    weights (it attends to nothing) instead of NaN. Where a row keeps a key, that second fill changes nothing
-    (the minimum's $\exp$ is exactly 0): the original's fill and softmax. `inplace=True` fills `scores` itself,
-    for a fresh product that nothing else reads.
+    weights (it attends to nothing) instead of NaN. Where every row keeps a key, that second fill changes nothing
+    (the minimum's $\exp$ is exactly 0): `rows_may_be_empty=False` leaves it out, for masks known to be such (a
+    decoder's), which is the original's fill and softmax. `inplace=True` fills `scores` itself, for a fresh product
+    that nothing else reads.
 
     Shape:
         `scores` any; `masked` boolean, broadcasting to `scores`. Returns weights of the shape and dtype of
@@ -162,18 +163,20 @@ def masked_softmax(scores: torch.Tensor, masked: Optional[torch.Tensor], dim: in
         probs = F.softmax(scores, dim=dim, dtype=torch.float32).to(scores.dtype)
     else:
         probs = F.softmax(scores, dim=dim)
-    if masked is not None:
+    if masked is not None and rows_may_be_empty:
         probs = probs.masked_fill(masked, 0.0)
     return probs
 
 
 def attention(scores: torch.Tensor, values: torch.Tensor, masked: Optional[torch.Tensor], scale: float,
               dropout: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
-              round_scores_to_float32: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+              round_scores_to_float32: bool = False,
+              rows_may_be_empty: bool = True) -> Tuple[torch.Tensor, torch.Tensor]:
     r"""
     $\mathop{Attn}_i = \sum_j \mathop{softmax}_j(\mathit{scale} \cdot A_{i,j})\, v_j$, the masked keys left out and
     `dropout` (if given) applied to the weights. `round_scores_to_float32` rounds the scaled scores to float32
-    before the softmax, as the original's `attn_score.float()` does (a change only in float64).
+    before the softmax, as the original's `attn_score.float()` does (a change only in float64); `rows_may_be_empty`
+    as `masked_softmax` takes it.
 
     Shape:
         `scores` `[qlen, klen, batch, heads]`, `values` `[klen, batch, heads, d_head]`, `masked` True where a key
@@ -187,7 +190,7 @@ def attention(scores: torch.Tensor, values: torch.Tensor, masked: Optional[torch
     if masked is not None:
         masked = masked[:, :, None, None] if masked.dim() == 2 else masked[..., None]
     # $\mathop{softmax}_j$ over the keys that are not masked
-    weights = masked_softmax(scores, masked, dim=1)
+    weights = masked_softmax(scores, masked, dim=1, rows_may_be_empty=rows_may_be_empty)
     if dropout is not None:
         weights = dropout(weights)
     # $\sum_j p_{i,j} v_j$

@@ -1,29 +1,48 @@
 """
-The fast paths of Transformer-XL (`docs/performance.md`) against the plain computation: the shift as a view,
-head-major scores, SDPA, cached positions and masks, `torch.compile`, one-token generation, bf16 autocast, and
-a smoke run of `experiments/benchmark.py`. No test looks at wall-clock time.
+The fast implementations of Transformer-XL (`docs/performance.md`) against the readable specification
+(`impl='reference'`, `relative_attention.py`): the shift as a view, head-major scores, the composite and SDPA
+implementations of `dispatch.attend`, our kernel, cached positions and masks, `torch.compile`, one-token generation,
+bf16 autocast, and a smoke run of `experiments/benchmark.py`. No test looks at wall-clock time.
 """
+import contextlib
 import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from labml_txl import native
-from labml_txl.attention_mask import subsequent_mask
+from labml_txl import dispatch, native
+from labml_txl.attention_heads import pad_table, position_terms, relative_scores, relative_shift_view
+from labml_txl.attention_mask import decoder_causal_mask, decoder_window_mask, subsequent_mask
+from labml_txl.dispatch import Plan, RelativeTerms
+from labml_txl.dropout import Dropout
 from labml_txl.generation import generate
-from labml_txl.native import attention as native_attention
-from labml_txl.relative_attention import (CausalPositionBias, masked_softmax_heads, pad_table,
-                                          relative_attention_scores, relative_attention_scores_heads,
-                                          relative_attention_sdpa, relative_attention_weights_heads, relative_shift,
-                                          relative_shift_view)
+from labml_txl.relative_attention import masked_softmax, relative_attention_scores, relative_shift
 from labml_txl.relative_mha import RelativeMultiHeadAttention
 from labml_txl.xl import MemTransformerLM
 
 from xl.helpers import plain_and_fast, reference_files, small_config
 
 ROOT = Path(__file__).resolve().parents[1]
+CPU = torch.device('cpu')
+
+
+def _chosen(choices, operation='attention'):
+    """The implementations recorded for `operation`, in call order."""
+    return [c.chosen for c in choices if c.operation == operation]
+
+
+def _refusals(choice):
+    """`{implementation: reason}` of one recorded `Choice`."""
+    return dict(choice.refused)
+
+
+def _masks_drawn(choices):
+    """The recorded paths of the dropouts that drew a mask (not those that were the identity: not training, p 0)."""
+    return [c.chosen for c in choices if c.operation == 'dropout'
+            and not any(reason.startswith('not training') for _, reason in c.refused)]
 
 
 # -- the shared math --
@@ -59,23 +78,22 @@ def test_head_major_scores_equal_the_einsums(bidirectional):
     r = torch.randn(klen + qlen - 1 if bidirectional else klen, heads, d)
     u, v = torch.randn(heads, d), torch.randn(heads, d)
     expected = relative_attention_scores(q, k, r, u, v).permute(2, 3, 0, 1)
-    fast = relative_attention_scores_heads(q.permute(1, 2, 0, 3), k.permute(1, 2, 0, 3), r.transpose(0, 1),
-                                           u, v, scale=0.5)
+    fast = relative_scores(q.permute(1, 2, 0, 3), k.permute(1, 2, 0, 3), r.transpose(0, 1), u, v, None, scale=0.5)
     causal = torch.ones(qlen, klen, dtype=torch.bool).tril(klen - qlen)
     keep = torch.ones_like(causal) if bidirectional else causal
     torch.testing.assert_close(fast[..., keep], 0.5 * expected[..., keep], atol=1e-5, rtol=1e-5)
 
 
-def _weights_inputs(qlen=4, klen=7, batch=2, heads=3, d=5, with_v=True, with_bias=False):
+# -- the composite and SDPA implementations of `dispatch.attend` against the reference --
+
+def _attention_inputs(qlen=4, klen=7, batch=2, heads=3, d=5, with_v=True, with_bias=False, dtype=torch.float64,
+                      requires_grad=True):
+    """Head-major `q, k, values` and the relative terms `table, u, v, entry_bias` (v or entry_bias None)."""
     torch.manual_seed(0)
-    make = lambda *shape: torch.randn(*shape, dtype=torch.float64, requires_grad=True)  # noqa: E731
-    return (make(batch, heads, qlen, d), make(batch, heads, klen, d), make(heads, klen, d), make(heads, d),
-            make(heads, d) if with_v else None, make(heads, klen) if with_bias else None)
-
-
-def _composite_weights(q, k, r, u, v, r_bias, masked, scale, zero_masked_rows=True):
-    score = relative_attention_scores_heads(q, k, r, u, v, r_bias=r_bias, scale=scale)
-    return masked_softmax_heads(score, masked, zero_masked_rows)
+    make = lambda *shape: torch.randn(*shape, dtype=dtype, requires_grad=requires_grad)  # noqa: E731
+    return (make(batch, heads, qlen, d), make(batch, heads, klen, d), make(batch, heads, klen, d),
+            make(heads, klen, d), make(heads, d), make(heads, d) if with_v else None,
+            make(heads, klen) if with_bias else None)
 
 
 def _first_row_masked(mask):
@@ -83,75 +101,230 @@ def _first_row_masked(mask):
     return mask
 
 
+# Inner masks (True = masked) as `attend` takes them: `[qlen, klen]` or `[qlen, klen, batch]`
 MASKS = {
     'none': lambda q, k: None,
-    'causal': lambda q, k: torch.ones(q, k, dtype=torch.bool).triu(k - q + 1),
-    # Per batch element (`[batch, 1, qlen, klen]`), with one row of the second element fully masked
-    'per-batch': lambda q, k: torch.stack([torch.ones(q, k, dtype=torch.bool).triu(k - q + 1),
-                                              _first_row_masked(torch.ones(q, k, dtype=torch.bool).triu(1))])[:, None],
+    'causal': lambda q, k: decoder_causal_mask(q, k),
+    # Per batch element, with one row of the second element fully masked
+    'per-batch': lambda q, k: torch.stack([decoder_causal_mask(q, k),
+                                           _first_row_masked(torch.ones(q, k, dtype=torch.bool).triu(1))], dim=-1),
 }
 
 
+def _attend(impl, q, k, values, table, u, v, entry_bias, masked, scale, mlen=0, **kwargs):
+    """`dispatch.attend` with the keys and values in one part (`mlen = 0`) or as `mlen` of memory and the rest."""
+    memory = {}
+    if mlen > 0:
+        memory = dict(k_memory=k[:, :, :mlen], values_memory=values[:, :, :mlen])
+        k, values = k[:, :, mlen:], values[:, :, mlen:]
+    terms = RelativeTerms(table, content_bias=u, position_bias=v, entry_bias=entry_bias)
+    return dispatch.attend(Plan.now(q.device, impl), q, k, values, scale=scale, masked=masked, terms=terms,
+                           **memory, **kwargs)
+
+
+@pytest.mark.parametrize('mlen', [0, 3], ids=['one-part', 'memory-in-two-parts'])
 @pytest.mark.parametrize('mask', MASKS)
 @pytest.mark.parametrize('with_v,with_bias', [(True, False), (False, True)], ids=['type0', 'type1'])
-def test_decoder_weights_with_their_own_backward_equal_the_composite(mask, with_v, with_bias):
-    """`relative_attention_weights_heads` (hand-written backward) against autograd through the composite."""
-    q, k, r, u, v, r_bias = _weights_inputs(with_v=with_v, with_bias=with_bias)
+def test_composite_attention_and_its_gradients_equal_the_reference(mask, with_v, with_bias, mlen):
+    """The composite (`attention_heads.py`, autograd through it) against the reference, output, weights and the
+    gradients of every input: in float64 with gradients it is what `impl='auto'` runs (the kernel takes float32, SDPA
+    has no backward for the position bias)."""
+    q, k, values, r, u, v, entry_bias = inputs = _attention_inputs(with_v=with_v, with_bias=with_bias)
     masked = MASKS[mask](4, 7)
-    inputs = [t for t in (q, k, r, u, v, r_bias) if t is not None]
-    grad = torch.randn(2, 3, 4, 7, dtype=torch.float64)
-    fused = relative_attention_weights_heads(q, k, r, u, v, masked, 0.3, r_bias=r_bias)
-    assert type(fused.grad_fn).__name__ == '_DecoderRelativeWeightsBackward'
-    composite = _composite_weights(q, k, r, u, v, r_bias, masked, 0.3)
-    fused_grads = torch.autograd.grad(fused, inputs, grad)
-    composite_grads = torch.autograd.grad(composite, inputs, grad)
-    torch.testing.assert_close(fused, composite, rtol=1e-12, atol=1e-12)
-    for a, b in zip(fused_grads, composite_grads):
+    leaves = [t for t in inputs if t is not None]
+    grad_out, grad_weights = torch.randn(4, 2, 15, dtype=torch.float64), torch.randn(4, 7, 2, 3, dtype=torch.float64)
+    results = []
+    for impl in ('auto', 'reference'):
+        with dispatch.recording() as choices:
+            out, weights = _attend(impl, *inputs, masked, 0.3, mlen=mlen, need_weights=True)
+        results.append((out, weights, torch.autograd.grad([out, weights], leaves, [grad_out, grad_weights])))
+        assert _chosen(choices) == ['composite' if impl == 'auto' else 'reference']
+    (out, weights, grads), (ref_out, ref_weights, ref_grads) = results
+    torch.testing.assert_close(out, ref_out, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(weights, ref_weights, rtol=1e-12, atol=1e-12)
+    for a, b in zip(grads, ref_grads):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
     if mask == 'per-batch':
         # The fully masked row attends to nothing
-        assert torch.equal(fused[1, :, 0], torch.zeros_like(fused[1, :, 0]))
+        assert torch.equal(weights[0, :, 1], torch.zeros_like(weights[0, :, 1]))
+        assert torch.equal(out[0, 1], torch.zeros_like(out[0, 1]))
 
 
-def test_decoder_weights_under_bf16_autocast_equal_the_composite():
-    """Under autocast the products run in bf16 and the softmax in float32, in both."""
-    q, k, r, u, v, _ = (None if t is None else t.detach().float().requires_grad_() for t in _weights_inputs())
+def test_composite_is_chosen_in_float64_with_gradients_for_the_reasons_given():
+    inputs = _attention_inputs()
+    with dispatch.recording() as choices:
+        _attend('auto', *inputs, MASKS['causal'](4, 7), 0.3)
+    choice, = choices
+    assert choice.operation == 'attention' and choice.chosen == 'composite'
+    reasons = _refusals(choice)
+    assert list(reasons) == ['kernel', 'sdpa']
+    assert 'torch.float64 inputs' in reasons['kernel'] and 'gradients are recorded' in reasons['sdpa']
+
+
+def test_composite_attention_under_bf16_autocast_equals_the_reference():
+    """Under autocast the products run in bf16 and the softmax in float32, in both: weights and output in bf16,
+    equal to bf16's rounding (the two add the terms in another order), and so are the gradients."""
+    q, k, values, r, u, v, _ = inputs = _attention_inputs(dtype=torch.float32)
     masked = MASKS['causal'](4, 7)
-    grad = torch.randn(2, 3, 4, 7).bfloat16()
+    grad = torch.randn(4, 7, 2, 3).bfloat16()
     results = []
-    for weights_of in ('fused', 'composite'):
-        with torch.autocast('cpu', dtype=torch.bfloat16):
-            if weights_of == 'fused':
-                weights = relative_attention_weights_heads(q, k, r, u, v, masked, 0.3)
-                assert type(weights.grad_fn).__name__ == '_DecoderRelativeWeightsBackward'
-            else:
-                weights = _composite_weights(q, k, r, u, v, None, masked, 0.3)
+    for impl in ('auto', 'reference'):
+        with torch.autocast('cpu', dtype=torch.bfloat16), dispatch.recording() as choices:
+            _, weights = _attend(impl, *inputs, masked, 0.3, need_weights=True)
+        assert _chosen(choices) == ['composite' if impl == 'auto' else 'reference']
         results.append((weights, torch.autograd.grad(weights, (q, k, r, u, v), grad)))
-    (fused, fused_grads), (composite, composite_grads) = results
-    assert fused.dtype == composite.dtype == torch.bfloat16
-    assert torch.equal(fused, composite)
-    for a, b in zip(fused_grads, composite_grads):
+    (composite, composite_grads), (reference, reference_grads) = results
+    assert composite.dtype == reference.dtype == torch.bfloat16
+    # One bf16 rounding step of weights in [0, 1] is at most 2^-8
+    torch.testing.assert_close(composite, reference, rtol=0, atol=2 ** -7)
+    for a, b in zip(composite_grads, reference_grads):
         torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2)
 
 
-def test_decoder_weights_pass_gradcheck():
-    q, k, r, u, v, r_bias = _weights_inputs(qlen=3, klen=5, batch=2, heads=2, d=3, with_bias=True)
+def test_composite_attention_passes_gradcheck():
+    q, k, values, r, u, v, entry_bias = _attention_inputs(qlen=3, klen=5, batch=2, heads=2, d=3, with_bias=True)
     masked = MASKS['causal'](3, 5)
-    torch.autograd.gradcheck(lambda *t: relative_attention_weights_heads(*t[:5], masked, 0.7, r_bias=t[5]),
-                             (q, k, r, u, v, r_bias))
+    with dispatch.recording() as choices:
+        torch.autograd.gradcheck(lambda *t: _attend('auto', *t, masked, 0.7, need_weights=True),
+                                 (q, k, values, r, u, v, entry_bias))
+    assert set(_chosen(choices)) == {'composite'}
 
 
-# -- the model: fast against plain --
+def _naive_causal_bias(q, r, v, scale, mlen):
+    r"""$B_{i,j} = \mathit{scale}\,(q_i + v)^\top r_{(k - 1) - (m + i - j)}$ for $j \le m + i$, else $-\infty$: one
+    entry at a time, with the table entry of each distance looked up directly."""
+    batch, heads, qlen, _ = q.shape
+    klen = mlen + qlen
+    out = torch.full((batch, heads, qlen, klen), float('-inf'), dtype=q.dtype)
+    for i in range(qlen):
+        for j in range(mlen + i + 1):
+            entry = (klen - 1) - (mlen + i - j)
+            out[:, :, i, j] = scale * ((q[:, :, i] + v) * r[:, entry]).sum(-1)
+    return out
+
+
+@pytest.mark.parametrize('qlen,mlen', [(1, 0), (1, 5), (4, 0), (4, 3), (5, 9)])
+@pytest.mark.parametrize('padded', [False, True], ids=['table', 'padded-table'])
+def test_sdpa_position_bias_equals_the_naive_masked_shifted_product(qlen, mlen, padded):
+    """The position terms SDPA takes as its bias (`attention_heads.position_terms`) against the naive product on the
+    causal part, and SDPA's attention with them against the reference (float64, no gradients: SDPA runs)."""
+    batch, heads, d_head, klen = 2, 3, 4, mlen + qlen
+    # The queries in the projection's layout (`[qlen, batch, heads, d_head]` in memory), as the model passes them
+    q = torch.randn(qlen, batch, heads, d_head, dtype=torch.float64).permute(1, 2, 0, 3)
+    k, values = (torch.randn(batch, heads, klen, d_head, dtype=torch.float64) for _ in range(2))
+    r = torch.randn(heads, klen, d_head, dtype=torch.float64)
+    u, v = torch.randn(heads, d_head, dtype=torch.float64), torch.randn(heads, d_head, dtype=torch.float64)
+    table = pad_table(r, klen) if padded else r
+    causal = decoder_causal_mask(qlen, klen)
+    bias = position_terms(q, table, v, None, klen, 0.5).masked_fill(causal, float('-inf'))
+    torch.testing.assert_close(bias, _naive_causal_bias(q, r, v, 0.5, mlen), rtol=1e-12, atol=1e-12)
+    results = []
+    with torch.no_grad():
+        for impl in ('auto', 'reference'):
+            with dispatch.recording() as choices:
+                results.append(_attend(impl, q, k, values, table, u, v, None, causal, 0.5, mlen=mlen)[0])
+            assert _chosen(choices) == ['sdpa' if impl == 'auto' else 'reference']
+    torch.testing.assert_close(results[0], results[1], rtol=1e-12, atol=1e-12)
+
+
+SDPA_MASKS = {
+    'none': lambda q, k, b: None,
+    'causal': lambda q, k, b: decoder_causal_mask(q, k),
+    'same_length': lambda q, k, b: decoder_window_mask(q, k, 4)[:, :, None],
+    # Key padding per batch element (every query keeps a key)
+    'padding': lambda q, k, b: torch.stack([torch.zeros(k, dtype=torch.bool), torch.arange(k) >= k - 2],
+                                           dim=-1)[None].expand(q, k, b),
+}
+
+
+@pytest.mark.parametrize('mlen', [0, 6])
+@pytest.mark.parametrize('mask', SDPA_MASKS)
+@pytest.mark.parametrize('with_v,with_bias', [(True, False), (False, True)], ids=['type0', 'type1'])
+def test_sdpa_attention_equals_the_reference(mlen, mask, with_v, with_bias):
+    """SDPA with the position terms as its bias (our kernels disabled, no gradients) against the reference, with the
+    memory's keys and values given apart."""
+    qlen = 5
+    klen = mlen + qlen
+    inputs = _attention_inputs(qlen=qlen, klen=klen, batch=2, heads=3, d=8, with_v=with_v, with_bias=with_bias,
+                               dtype=torch.float32, requires_grad=False)
+    q = inputs[0].permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3)
+    masked = SDPA_MASKS[mask](qlen, klen, 2)
+    results = []
+    with torch.no_grad(), native.disabled():
+        for impl in ('auto', 'reference'):
+            with dispatch.recording() as choices:
+                results.append(_attend(impl, q, *inputs[1:], masked, 0.125, mlen=mlen)[0])
+            assert _chosen(choices) == ['sdpa' if impl == 'auto' else 'reference']
+    torch.testing.assert_close(results[0], results[1], rtol=1e-5, atol=1e-6)
+
+
+def test_kernel_serves_only_a_decoder_window_mask_in_float32():
+    """Which implementation `attend` picks, and why the ones before it were refused, for the inputs that decide;
+    whatever runs gives the reference's numbers."""
+    qlen, mlen, klen = 3, 4, 7
+    base = _attention_inputs(qlen=qlen, klen=klen, dtype=torch.float32, requires_grad=False)
+    causal = decoder_causal_mask(qlen, klen)
+    dropout = Dropout(0.5).train()
+    cases = {
+        'causal': (dict(masked=causal), 'kernel', {}),
+        'causal [q, k, 1]': (dict(masked=causal[:, :, None]), 'kernel', {}),
+        'same_length': (dict(masked=decoder_window_mask(qlen, klen, mlen)), 'kernel', {}),
+        'no mask': (dict(masked=None), 'sdpa', {'kernel': "the mask is not a decoder's"}),
+        'per-batch mask': (dict(masked=causal[:, :, None].expand(qlen, klen, 2)), 'sdpa',
+                           {'kernel': "the mask is not a decoder's"}),
+        'float64': (dict(masked=causal, dtype=torch.float64), 'sdpa', {'kernel': 'torch.float64 inputs'}),
+        'bf16 autocast': (dict(masked=causal, autocast=True), 'sdpa', {'kernel': 'under autocast'}),
+        'short table': (dict(masked=causal, rlen=klen - 1), 'sdpa', {'kernel': 'a table of 6 entries for 7 keys'}),
+        'a fully masked row': (dict(masked=_first_row_masked(causal.clone())), 'composite',
+                               {'kernel': "the mask is not a decoder's", 'sdpa': 'a query has every key masked'}),
+        'need_weights': (dict(masked=causal, need_weights=True), 'composite',
+                         {'kernel': 'need_weights', 'sdpa': 'need_weights'}),
+        'attention dropout': (dict(masked=causal, dropout=dropout), 'composite',
+                              {'kernel': 'attention dropout in training', 'sdpa': 'attention dropout in training'}),
+        'gradients': (dict(masked=causal, grad=True), 'kernel', {}),
+    }
+    for name, (case, expected, reasons) in cases.items():
+        dtype = case.get('dtype', torch.float32)
+        q, k, values, table, u, v = (t.detach().to(dtype).requires_grad_(case.get('grad', False)) for t in base[:6])
+        if 'rlen' in case:
+            table = table[:, klen - case['rlen']:]
+        kwargs = dict(need_weights=case.get('need_weights', False), dropout=case.get('dropout'))
+        with torch.set_grad_enabled(case.get('grad', False)), \
+                torch.autocast('cpu', dtype=torch.bfloat16, enabled=case.get('autocast', False)):
+            with dispatch.recording() as choices:
+                torch.manual_seed(1)
+                out, _ = _attend('auto', q, k, values, table, u, v, None, case['masked'], 0.3, **kwargs)
+            if 'rlen' not in case:
+                # (the reference takes tables of at least `klen` entries, as `RelativeTerms` asks)
+                torch.manual_seed(1)
+                expected_out, _ = _attend('reference', q, k, values, table, u, v, None, case['masked'], 0.3,
+                                          **kwargs)
+        choice, = [c for c in choices if c.operation == 'attention']
+        assert choice.chosen == expected, (name, str(choice))
+        refused = _refusals(choice)
+        assert set(refused) == set(reasons), (name, str(choice))
+        for implementation, fragment in reasons.items():
+            assert fragment in refused[implementation], (name, str(choice))
+        if name not in ('attention dropout', 'short table'):
+            tolerance = 1e-2 if case.get('autocast') else 1e-5
+            torch.testing.assert_close(out.float(), expected_out.float(), rtol=tolerance, atol=tolerance,
+                                       msg=lambda m: f'{name}: {m}')
+
+
+# -- the model: impl='auto' against impl='reference' --
 
 def _pair(**overrides):
     plain, fast = plain_and_fast(**overrides)
-    assert fast.fast and not plain.fast
+    assert (plain.impl, fast.impl) == ('reference', 'auto')
     return plain, fast
 
 
-def _segments(model, data, n=3, grad=True, tgt_len=5):
-    """Losses and memories of `n` consecutive segments; the gradients of the last segment's mean loss."""
+def _segments(model, data, n=3, grad=True, tgt_len=5, seed=None):
+    """Losses and memories of `n` consecutive segments; the gradients of the last segment's mean loss. With `seed`,
+    the generator is seeded before the first segment (the dropout masks are drawn from it)."""
     model.zero_grad()
+    if seed is not None:
+        torch.manual_seed(seed)
     mems, losses = [], []
     for s in range(n):
         x, y = data[s * tgt_len:(s + 1) * tgt_len], data[s * tgt_len + 1:(s + 1) * tgt_len + 1]
@@ -162,6 +335,15 @@ def _segments(model, data, n=3, grad=True, tgt_len=5):
         loss.mean().backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return losses, mems, grads
+
+
+def _assert_same_segments(plain_run, fast_run):
+    (pl, pm, pg), (fl, fm, fg) = plain_run, fast_run
+    for a, b in zip(pl + pm, fl + fm):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+    assert pg.keys() == fg.keys()
+    for name in pg:
+        torch.testing.assert_close(fg[name], pg[name], atol=1e-5, rtol=1e-4, msg=lambda m: f'{name}: {m}')
 
 
 CONFIGS = [dict(attn_type=0), dict(attn_type=1), dict(attn_type=2), dict(attn_type=3),
@@ -176,12 +358,26 @@ def test_fast_model_equals_plain_model_in_float32(overrides, grad):
     data = torch.randint(40, (16, 3))
     for model in (plain, fast):
         model.train(grad)
-    (pl, pm, pg), (fl, fm, fg) = _segments(plain, data, grad=grad), _segments(fast, data, grad=grad)
-    for a, b in zip(pl + pm, fl + fm):
-        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
-    assert pg.keys() == fg.keys()
-    for name in pg:
-        torch.testing.assert_close(fg[name], pg[name], atol=1e-5, rtol=1e-4, msg=lambda m: f'{name}: {m}')
+    _assert_same_segments(_segments(plain, data, grad=grad), _segments(fast, data, grad=grad))
+
+
+@pytest.mark.parametrize('dropout', ['dropout', 'dropatt'])
+@pytest.mark.parametrize('attn_type', [0, 1, 2])
+def test_both_impls_draw_the_same_dropout_masks(attn_type, dropout):
+    """Dropout is not a matter of `impl`: from the same seed, training with dropout (on the layers' outputs, or on
+    the attention weights) gives the same losses, memories and gradients either way, by the same dropout paths."""
+    plain, fast = _pair(attn_type=attn_type, **{dropout: 0.2})
+    data = torch.randint(40, (16, 3))
+    runs, paths = [], []
+    for model in (plain, fast):
+        with dispatch.recording() as choices:
+            runs.append(_segments(model, data, seed=7))
+        paths.append(_masks_drawn(choices))
+    assert paths[0] == paths[1] and paths[0]
+    # Dropout did drop: another seed gives other losses
+    other = _segments(plain, data, seed=8)[0]
+    assert not all(torch.equal(a, b) for a, b in zip(runs[0][0], other))
+    _assert_same_segments(*runs)
 
 
 REFERENCE_FILES = [p for p in reference_files() if p is not None][:13]
@@ -189,7 +385,7 @@ REFERENCE_FILES = [p for p in reference_files() if p is not None][:13]
 
 def _reference_segment_losses(path, dtype):
     """`(our loss, the reference segment)` for every segment of a reference file, evaluated without gradients in
-    `dtype` on the fast path (under whatever autocast the caller has on)."""
+    `dtype` with `impl='auto'` (under whatever autocast the caller has on)."""
     ref = torch.load(path, weights_only=True)
     model = MemTransformerLM(**ref['config']['model'])
     model.load_state_dict(ref['state_dict'], strict=True)
@@ -206,20 +402,69 @@ def _reference_segment_losses(path, dtype):
 
 @pytest.mark.parametrize('path', REFERENCE_FILES, ids=lambda p: p.stem)
 def test_fast_no_grad_path_matches_the_reference_losses(path):
-    """The evaluation path (SDPA with the positions as a bias) against the original's float64 losses."""
-    for loss, seg in _reference_segment_losses(path, torch.float64):
-        torch.testing.assert_close(loss, seg['loss'], atol=1e-7, rtol=1e-7)
+    """The evaluation path (SDPA with the positions as a bias: float64 is not the kernel's) against the original's
+    float64 losses."""
+    with dispatch.recording() as choices:
+        for loss, seg in _reference_segment_losses(path, torch.float64):
+            torch.testing.assert_close(loss, seg['loss'], atol=1e-7, rtol=1e-7)
+    assert set(_chosen(choices)) == {'sdpa'}
 
 
-def test_switching_fast_off_and_on_gives_the_same_numbers():
+def test_switching_impl_gives_the_same_numbers():
     plain, model = _pair()
     model.eval()
     data = torch.randint(40, (6, 2))
     fast_loss = model(data[:5], data[1:6])[0]
-    model.fast = False
-    torch.testing.assert_close(model(data[:5], data[1:6])[0], fast_loss, atol=1e-6, rtol=1e-6)
-    with pytest.raises(TypeError, match='fast='):
-        model.fast = 'yes'
+    model.impl = 'reference'
+    with dispatch.recording() as choices:
+        torch.testing.assert_close(model(data[:5], data[1:6])[0], fast_loss, atol=1e-6, rtol=1e-6)
+    assert set(_chosen(choices)) == {'reference'}
+    model.impl = 'auto'
+    with dispatch.recording() as choices:
+        torch.testing.assert_close(model(data[:5], data[1:6])[0], fast_loss, atol=0, rtol=0)
+    assert 'reference' not in _chosen(choices)
+
+
+def test_impl_takes_only_auto_or_reference():
+    model = MemTransformerLM(**small_config())
+    for bad in ('fast', 'Reference', True, None):
+        with pytest.raises(ValueError, match=r"impl=.* is not accepted: 'auto' .* or 'reference'"):
+            MemTransformerLM(**small_config(), impl=bad)
+        with pytest.raises(ValueError, match=r"'auto' .* or 'reference'"):
+            model.impl = bad
+        assert model.impl == 'auto'
+        with pytest.raises(ValueError, match=r"'auto' .* or 'reference'"):
+            RelativeMultiHeadAttention(2, 8, impl=bad)
+
+
+@pytest.mark.parametrize('attn_type', [0, 1, 2])
+@pytest.mark.parametrize('grad', [True, False], ids=['train-grad', 'no-grad'])
+def test_impl_reference_makes_every_choice_the_specification(attn_type, grad):
+    """`impl='reference'` reaches every part with a choice (attention, the linear layers of the attention, the
+    feed-forward network and the adaptive softmax, the residual layer norms): each runs its specification, where
+    `impl='auto'` takes a faster implementation for some of each. Dropout takes the same paths either way."""
+    plain, fast = _pair(attn_type=attn_type, dropout=0.1, cutoffs=[10, 20], div_val=2)
+    data = torch.randint(40, (11, 2))
+    recorded = []
+    for model in (plain, fast):
+        model.train(grad)
+        with dispatch.recording() as choices:
+            _segments(model, data, n=2, grad=grad, seed=3)
+        recorded.append(choices)
+    reference, auto = recorded
+    specification = {'attention': 'reference', 'linear': 'F.linear', 'residual layer norm': 'PyTorch'}
+    assert {c.operation for c in reference} == set(specification) | {'dropout'}
+    for operation, chosen in specification.items():
+        assert set(_chosen(reference, operation)) == {chosen}, operation
+        for choice in reference:
+            if choice.operation == operation:
+                assert all("impl='reference'" in reason for _, reason in choice.refused), str(choice)
+        assert len(_chosen(auto, operation)) == len(_chosen(reference, operation)), operation
+    assert _masks_drawn(reference) == _masks_drawn(auto)
+    assert 'reference' not in _chosen(auto)
+    if not grad:
+        # (with gradients neither serves: the packed product and the layer-norm kernel are for inference)
+        assert 'prepacked' in _chosen(auto, 'linear') and 'kernel' in _chosen(auto, 'residual layer norm')
 
 
 # -- cached positions and masks --
@@ -278,103 +523,67 @@ def test_cached_positions_see_loaded_frequencies():
     with torch.no_grad():
         model.pos_emb.inv_freq.mul_(2)
     after = model(data[:5], data[1:6])[0]
-    model.fast = False
+    model.impl = 'reference'
     torch.testing.assert_close(after, model(data[:5], data[1:6])[0], atol=1e-6, rtol=1e-6)
     assert not torch.equal(before, after)
 
 
-# -- the causal position bias of the SDPA path --
-
-def _naive_causal_bias(q, r, v, scale, mlen):
-    r"""$B_{i,j} = \mathit{scale}\,(q_i + v)^\top r_{(k - 1) - (m + i - j)}$ for $j \le m + i$, else $-\infty$: one
-    entry at a time, with the table entry of each distance looked up directly."""
-    batch, heads, qlen, _ = q.shape
-    klen = mlen + qlen
-    out = torch.full((batch, heads, qlen, klen), float('-inf'), dtype=q.dtype)
-    for i in range(qlen):
-        for j in range(mlen + i + 1):
-            entry = (klen - 1) - (mlen + i - j)
-            out[:, :, i, j] = scale * ((q[:, :, i] + v) * r[:, entry]).sum(-1)
-    return out
-
-
-@pytest.mark.parametrize('qlen,mlen', [(1, 0), (1, 5), (4, 0), (4, 3), (5, 9)])
-@pytest.mark.parametrize('padded', [False, True], ids=['table', 'padded-table'])
-def test_causal_position_bias_equals_the_naive_masked_shifted_product(qlen, mlen, padded):
-    batch, heads, d_head, klen = 2, 3, 4, mlen + qlen
-    bias_maker = CausalPositionBias()
-    # The queries in the projection's layout (`[qlen, batch, heads, d_head]` in memory), as the model passes them
-    for _ in range(2):  # the second call reuses the buffer the first one made
-        q = torch.randn(qlen, batch, heads, d_head, dtype=torch.float64).permute(1, 2, 0, 3)
-        r = torch.randn(heads, klen, d_head, dtype=torch.float64)
-        v = torch.randn(heads, d_head, dtype=torch.float64)
-        table = pad_table(r, klen) if padded else r
-        causal = torch.ones(qlen, klen, dtype=torch.bool).triu_(1 + mlen)
-        assert bias_maker.applies(q, table, v, causal, klen)
-        bias = bias_maker(q, table, v, 0.5, klen)
-        torch.testing.assert_close(bias, _naive_causal_bias(q, r, v, 0.5, mlen), rtol=1e-12, atol=1e-12)
-
-
-def test_causal_position_bias_serves_only_the_decoder_causal_mask():
-    bias_maker = CausalPositionBias()
-    qlen, mlen, klen = 3, 4, 7
-    q, r, v = torch.randn(2, 2, qlen, 4), torch.randn(2, klen + 1, 4), torch.randn(2, 4)
-    causal = torch.ones(qlen, klen, dtype=torch.bool).triu_(1 + mlen)
-    assert bias_maker.applies(q, r, v, causal, klen)
-    same_length = causal | torch.ones(qlen, klen, dtype=torch.bool).tril_(-1)
-    assert not bias_maker.applies(q, r, v, same_length, klen)
-    assert not bias_maker.applies(q, r, v, None, klen)
-    assert not bias_maker.applies(q, r, v, causal[None, None].expand(2, 1, qlen, klen), klen)
-    # An encoder's table runs past distance 0
-    assert not bias_maker.applies(q, torch.randn(2, klen + qlen - 1, 4), v, causal, klen)
-    assert not bias_maker.applies(q, r.double(), v, causal, klen)
-    with torch.autocast('cpu', dtype=torch.bfloat16):
-        assert not bias_maker.applies(q, r, v, causal, klen)
-
-
-@pytest.mark.parametrize('mlen', [0, 6])
-def test_sdpa_with_the_causal_position_bias_equals_the_masked_bias(mlen):
-    batch, heads, qlen, d_head = 2, 3, 5, 8
-    klen = mlen + qlen
-    q = torch.randn(qlen, batch, heads, d_head).permute(1, 2, 0, 3)
-    k, values = torch.randn(batch, heads, klen, d_head), torch.randn(batch, heads, klen, d_head)
-    r, u, v = pad_table(torch.randn(heads, klen, d_head), klen), torch.randn(heads, d_head), torch.randn(heads, d_head)
-    causal = torch.ones(qlen, klen, dtype=torch.bool).triu_(1 + mlen)
-    with torch.no_grad():
-        expected = relative_attention_sdpa(q.contiguous(), k, values, r, u, v, 0.125, causal)
-        out = relative_attention_sdpa(q, k, values, r, u, v, 0.125, causal, causal_bias=CausalPositionBias())
-    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
-
-
 @pytest.mark.parametrize('kernel', [True, False], ids=['kernel', 'no-kernel'])
-def test_model_evaluation_takes_the_causal_kernel_else_the_causal_position_bias(count_calls, monkeypatch, kernel):
+def test_model_evaluation_takes_the_causal_kernel_else_sdpa(kernel):
     """Without `same_length`, every evaluation segment's mask is the decoder's causal mask: our kernel runs each
-    layer's attention, or, where it is not available, SDPA with `CausalPositionBias`."""
-    if not kernel:
-        monkeypatch.setattr(native_attention, 'kernel_available', lambda: False)
+    layer's attention, or, where our kernels are disabled, SDPA with the position terms as its bias; the reference
+    runs neither."""
     plain, fast = _pair()
-    calls = count_calls(CausalPositionBias, ['__call__'])
-    kernel_calls = count_calls(native, ['causal_relative_attention'])
     data = torch.randint(40, (16, 3))
     for model in (plain, fast):
         model.eval()
-    (pl, pm, _), (fl, fm, _) = _segments(plain, data, grad=False), _segments(fast, data, grad=False)
-    # 3 segments of 2 layers (the plain path calls neither)
-    counted = (kernel_calls.get('causal_relative_attention', 0), calls.get('__call__', 0))
-    assert counted == ((6, 0) if kernel else (0, 6))
+    with dispatch.recording() as plain_choices:
+        plain_run = _segments(plain, data, grad=False)
+    with native.disabled() if not kernel else contextlib.nullcontext(), dispatch.recording() as fast_choices:
+        fast_run = _segments(fast, data, grad=False)
+    # 3 segments of 2 layers
+    assert _chosen(plain_choices) == ['reference'] * 6
+    assert _chosen(fast_choices) == ['kernel' if kernel else 'sdpa'] * 6
+    if not kernel:
+        for choice in fast_choices:
+            if choice.operation == 'attention':
+                assert list(_refusals(choice)) == ['kernel'] and 'disabled' in _refusals(choice)['kernel']
+    (pl, pm, _), (fl, fm, _) = plain_run, fast_run
     for a, b in zip(pl + pm, fl + fm):
         torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
 
 
 # -- the drop-in RelativeMultiHeadAttention --
 
+def _relative_mha_pair(d_model, dtype=torch.float32, training=False):
+    """`RelativeMultiHeadAttention` with `impl='auto'` and with `impl='reference'`, the same weights."""
+    torch.manual_seed(0)
+    fast = RelativeMultiHeadAttention(2, d_model, dropout_prob=0.0).to(dtype).train(training)
+    with torch.no_grad():
+        fast.r_w_bias.normal_()
+        fast.r_r_bias.normal_()
+    plain = RelativeMultiHeadAttention(2, d_model, dropout_prob=0.0, impl='reference').to(dtype).train(training)
+    plain.load_state_dict(fast.state_dict())
+    return fast, plain
+
+
+def _graph_has(tensor, name):
+    """Whether autograd's graph of `tensor` has a node named `name`."""
+    seen, stack = set(), [tensor.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if type(node).__name__ == name:
+            return True
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return False
+
+
 @pytest.mark.parametrize('mask_kind', ['none', 'causal', 'padding'])
 def test_relative_mha_fast_equals_plain(mask_kind):
-    torch.manual_seed(0)
-    attn = RelativeMultiHeadAttention(2, 8, dropout_prob=0.0).double()
-    with torch.no_grad():
-        attn.r_w_bias.normal_()
-        attn.r_r_bias.normal_()
+    attn, plain = _relative_mha_pair(8, torch.float64)
     x = torch.randn(5, 3, 8, dtype=torch.float64)
     mask = None
     if mask_kind == 'causal':
@@ -384,43 +593,43 @@ def test_relative_mha_fast_equals_plain(mask_kind):
         mask[0, 3:, 1] = False
         mask = mask.expand(5, 5, 3).clone()
         mask[2, :, 2] = False  # a query with every key masked attends to nothing
-    out, weights = attn(query=x, key=x, value=x, mask=mask, need_weights=True)
-    attn.fast = False
-    out_plain, weights_plain = attn(query=x, key=x, value=x, mask=mask, need_weights=True)
+    with dispatch.recording() as choices:
+        out, weights = attn(query=x, key=x, value=x, mask=mask, need_weights=True)
+        out_plain, weights_plain = plain(query=x, key=x, value=x, mask=mask, need_weights=True)
+    assert _chosen(choices) == ['composite', 'reference']
     torch.testing.assert_close(out, out_plain, atol=1e-12, rtol=1e-12)
     torch.testing.assert_close(weights, weights_plain, atol=1e-12, rtol=1e-12)
+    if mask_kind == 'padding':
+        assert torch.equal(weights[2, :, 2], torch.zeros_like(weights[2, :, 2]))
 
 
 @pytest.mark.parametrize('training', [False, True], ids=['eval', 'train'])
-def test_relative_mha_under_a_causal_mask_runs_the_kernel_and_equals_plain(count_calls, training):
-    """float32 under the decoder's causal mask: the fast path runs our kernel (forward, and backward in training)
-    and matches the plain computation's output and gradients; with `need_weights` it does not (the kernel keeps
-    no weights to return)."""
-    torch.manual_seed(0)
-    attn = RelativeMultiHeadAttention(2, 16, dropout_prob=0.0).train(training)
-    with torch.no_grad():
-        attn.r_w_bias.normal_()
-        attn.r_r_bias.normal_()
+def test_relative_mha_under_a_causal_mask_runs_the_kernel_and_equals_plain(training):
+    """float32 under the decoder's causal mask: `impl='auto'` runs our kernel (forward, and its backward in training)
+    and matches the reference's output and gradients; with `need_weights` it does not (the kernel keeps no weights to
+    return)."""
+    attn, plain = _relative_mha_pair(16, training=training)
     x = torch.randn(37, 3, 16)
-    calls = count_calls(native, ['causal_relative_attention'])
 
-    def output_and_gradients():
+    def output_and_gradients(module):
         source = x.clone().requires_grad_()
         with torch.set_grad_enabled(training):
-            out = attn(query=source, key=source, value=source, mask=subsequent_mask(37))
+            out = module(query=source, key=source, value=source, mask=subsequent_mask(37))
         if not training:
             return [out]
-        parameters = [source] + list(attn.parameters())
+        assert _graph_has(out, '_CausalRelativeAttentionBackward') == (module is attn)
+        parameters = [source] + list(module.parameters())
         return [out] + list(torch.autograd.grad(out, parameters, torch.ones_like(out)))
 
-    fast = output_and_gradients()
-    assert calls['causal_relative_attention'] == 1
-    attn.fast = False
-    for a, b in zip(fast, output_and_gradients()):
+    with dispatch.recording() as choices:
+        fast = output_and_gradients(attn)
+    assert _chosen(choices) == ['kernel']
+    for a, b in zip(fast, output_and_gradients(plain)):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
-    attn.fast = True
-    attn(query=x, key=x, value=x, mask=subsequent_mask(37), need_weights=True)
-    assert calls['causal_relative_attention'] == 1
+    with torch.set_grad_enabled(training), dispatch.recording() as choices:
+        attn(query=x, key=x, value=x, mask=subsequent_mask(37), need_weights=True)
+    choice, = [c for c in choices if c.operation == 'attention']
+    assert choice.chosen != 'kernel' and 'need_weights' in _refusals(choice)['kernel']
 
 
 # -- torch.compile --
@@ -505,12 +714,10 @@ def test_benchmark_measures_every_row_on_tiny_sizes():
 def test_generation_steps_project_nothing_of_the_past():
     """With a full memory, every product of a step has one row: the memory's keys and values and the projected
     distance table are kept from the step before (no-grad evaluation), not recomputed."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     torch.manual_seed(0)
     model = MemTransformerLM(**small_config(tgt_len=8, mem_len=8))
     events = []
-    # The kernels a linear layer reaches: MKL's (`F.linear`) and oneDNN's (`inference_linear`)
+    # The kernels a linear layer reaches: MKL's (`F.linear`) and oneDNN's (`prepacked_linear`)
     linear_kernels = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
                       torch.ops.mkldnn._linear_pointwise.default)
 
@@ -537,31 +744,18 @@ def test_generation_steps_project_nothing_of_the_past():
         assert rows and max(rows) == 1, rows
 
 
-def test_masked_softmax_heads_leaves_its_input_alone_unless_asked():
-    from labml_txl.relative_attention import masked_softmax, masked_softmax_heads
+def test_masked_softmax_over_the_last_axis_leaves_its_input_alone_unless_asked():
     scores = torch.randn(2, 3, 4, 6)
     masked = torch.ones(4, 6, dtype=torch.bool).triu(3)
-    masked[1] = True  # a fully masked row: zero weights, as `masked_softmax`
+    masked[1] = True  # a fully masked row: zero weights, as over axis 1
     before = scores.clone()
-    probs = masked_softmax_heads(scores, masked)
+    probs = masked_softmax(scores, masked, dim=-1)
     assert torch.equal(scores, before)
-    expected = masked_softmax(scores.permute(2, 3, 0, 1), masked, dim=1).permute(2, 3, 0, 1)
+    expected = masked_softmax(scores.permute(2, 3, 0, 1), masked[:, :, None, None], dim=1).permute(2, 3, 0, 1)
     torch.testing.assert_close(probs, expected)
     assert torch.equal(probs[:, :, 1], torch.zeros(2, 3, 6))
-
-
-def test_fast_switches_every_part_with_a_fast_path():
-    """`model.fast` reaches each part that has a path of its own: attention, feed-forward, softmax layer, dropout."""
-    from torch import nn
-
-    from labml_txl.xl import PositionwiseFF, ProjectedAdaptiveLogSoftmax
-    from labml_txl.xl.attention_base import XLAttentionBase
-
-    for attn_type in (0, 1, 2):
-        model = MemTransformerLM(**small_config(attn_type=attn_type, dropout=0.1))
-        parts = [m for m in model.modules()
-                 if isinstance(m, (XLAttentionBase, PositionwiseFF, ProjectedAdaptiveLogSoftmax, nn.Dropout))]
-        assert len(parts) == 2 * model.n_layer + 1 + (1 + 4 * model.n_layer)
-        for value in (False, True):
-            model.fast = value
-            assert model.fast is value and all(m.fast is value for m in parts)
+    # Asked (a fresh product nothing else reads): the masked scores are filled in place, the weights the same
+    in_place = masked_softmax(scores, masked, dim=-1, inplace=True)
+    assert torch.equal(in_place, probs)
+    assert torch.equal(scores[..., ~masked], before[..., ~masked])
+    assert (scores[..., masked] == torch.finfo(scores.dtype).min).all()

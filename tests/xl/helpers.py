@@ -1,6 +1,10 @@
 """Shared helpers of the Transformer-XL tests."""
 from pathlib import Path
 
+import torch
+
+from labml_txl.xl import MemTransformerLM
+
 # Vectors computed by the original Transformer-XL code (`tests/reference/xl/README.md` says how)
 REFERENCE_DIR = Path(__file__).resolve().parents[1] / 'reference' / 'xl'
 
@@ -20,21 +24,16 @@ def small_config(**overrides):
 
 
 def plain_and_fast(**overrides):
-    """Two tiny `MemTransformerLM`s with the same weights (seed 0): the plain path (`fast = False`, the original's
-    computation) and the fast path, in training mode."""
-    import torch
-    from labml_txl.xl import MemTransformerLM
+    """Two tiny `MemTransformerLM`s with the same weights (seed 0): the plain path (`impl='reference'`, the
+    original's computation) and the fast one (`impl='auto'`, the dispatcher's choice), in training mode."""
     torch.manual_seed(0)
-    plain = MemTransformerLM(**small_config(**overrides))
-    plain.fast = False
-    fast = MemTransformerLM(**small_config(**overrides))
+    plain = MemTransformerLM(**small_config(**overrides), impl='reference')
+    fast = MemTransformerLM(**small_config(**overrides), impl='auto')
     fast.load_state_dict(plain.state_dict())
     return plain, fast
 
 
 def small_model(seed: int = 0, **overrides):
     """A tiny float64 `MemTransformerLM` in eval mode, with the original's initialisation."""
-    import torch
-    from labml_txl.xl import MemTransformerLM
     torch.manual_seed(seed)
     return MemTransformerLM(**small_config(**overrides)).double().eval()

@@ -6,6 +6,8 @@ every segment.
 import pytest
 import torch
 
+from labml_txl import dispatch
+
 from .helpers import plain_and_fast
 
 
@@ -24,7 +26,7 @@ def test_kept_window_over_many_segments_equals_the_plain_path(dtype, tolerance, 
     plain, fast = _pair(dtype, attn_type=attn_type, mem_len=12, tgt_len=qlen)
     data = torch.randint(40, (41, 2), generator=torch.Generator().manual_seed(1))
     plain_mems, fast_mems, buffers = None, None, []
-    with torch.no_grad():
+    with torch.no_grad(), dispatch.recording() as choices:
         for start in range(0, 40, qlen):
             x = data[start:start + qlen]
             plain_log_probs, plain_mems = plain.log_probs(x, plain_mems)
@@ -33,6 +35,10 @@ def test_kept_window_over_many_segments_equals_the_plain_path(dtype, tolerance, 
             for a, b in zip(fast_mems, plain_mems):
                 torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance)
             buffers.append(fast._kv_memo.entries[0][3])
+    attention = [c.chosen for c in choices if c.operation == 'attention']
+    fast_path = 'kernel' if dtype == torch.float32 else 'sdpa'
+    assert sorted(set(attention)) == sorted({fast_path, 'reference'})
+    assert attention.count(fast_path) == attention.count('reference') == 2 * len(range(0, 40, qlen))
     # Once the memory is full, each buffer serves the step that made it and then `room // qlen` steps that append
     # to it (room = max(qlen, 12 // 4) rows), before the window moves to a new one
     full = buffers[12 // qlen:]

@@ -4,7 +4,9 @@ memory, half precision.
 """
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from labml_txl.positional_encoding import sinusoidal_embeddings
 from labml_txl.xl import MemTransformerLM
 
 from .helpers import small_config, small_model
@@ -170,7 +172,6 @@ def test_bf16_forward_is_finite(attn_type):
 def test_bf16_positions_are_exact_for_long_windows():
     """Distances above 256 are not integers in bf16; they are computed in float32 and only the result is cast."""
     model = small_model(mem_len=300, tgt_len=20)
-    from labml_txl.relative_attention import sinusoidal_embeddings
     emb = model._positions(20, 320, torch.bfloat16, torch.device('cpu'))
     expected = sinusoidal_embeddings(torch.arange(319, -1, -1.0, dtype=torch.float64),
                                      model.pos_emb.inv_freq.double())
@@ -211,13 +212,10 @@ def test_generation_step_by_step_equals_one_pass(softmax):
 
 @pytest.mark.parametrize('attn_type', [0, 1, 2])
 def test_plain_path_softmax_is_the_originals(attn_type):
-    """`fast = False` is the original's computation down to its passes: one masked fill of the scores per layer
+    """`impl='reference'` is the original's computation down to its passes: one masked fill of the scores per layer
     before the softmax, none after it (the model's masks leave every query a key, so the fill that gives fully
-    masked rows zero weights is left out, as on the fast path)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    model = small_model(attn_type=attn_type)
-    model.fast = False
+    masked rows zero weights is left out)."""
+    model = small_model(attn_type=attn_type, impl='reference')
     fills = []
 
     class CountFills(TorchDispatchMode):

@@ -7,14 +7,15 @@ after every segment and the gradients of the first segment's mean loss.
 The original rounds the scores of attention type 0 to float32 before masking
 (`attn_score.float().masked_fill(...).type_as(attn_score)`), so its float64 numbers carry that rounding
 (relative 6e-8 in the scores, a few 1e-9 in the losses). `test_reference` builds the model with
-`round_scores_to_float32=True`, which reproduces that cast, and asks for 1e-9 (on the fast paths, the default, and
-on the plain path, `model.fast = False`); `test_reference_full_precision`
+`round_scores_to_float32=True`, which reproduces that cast, and asks for 1e-9 (with `impl='auto'`, the default,
+and with `impl='reference'`, the readable specification); `test_reference_full_precision`
 runs the default (no cast: the same numbers in float32, where the cast does nothing) and asks for agreement
 within the size of that rounding.
 """
 import pytest
 import torch
 
+from labml_txl import dispatch
 from labml_txl.xl import MemTransformerLM
 
 from .helpers import REFERENCE_DIR, reference_files
@@ -34,10 +35,10 @@ def _load(path):
     return torch.load(path, weights_only=True)
 
 
-def _run_and_compare(ref, atol: float, rtol: float, round_scores_to_float32: bool = False, fast: bool = True):
+def _run_and_compare(ref, atol: float, rtol: float, round_scores_to_float32: bool = False, impl: str = 'auto'):
     config = ref['config']
-    model = MemTransformerLM(**config['model'], round_scores_to_float32=round_scores_to_float32)
-    model.fast = fast
+    model = MemTransformerLM(**config['model'], round_scores_to_float32=round_scores_to_float32, impl=impl)
+    assert model.impl == impl
     model.load_state_dict(ref['state_dict'], strict=True)
     model = model.double().eval()
     data = ref['data']
@@ -55,7 +56,10 @@ def _run_and_compare(ref, atol: float, rtol: float, round_scores_to_float32: boo
         start = seg['start']
         inp = data[max(0, start - ext_len): start + tgt_len]
         target = data[start + 1: start + 1 + tgt_len]
-        loss, *mems = model(inp, target, *mems)
+        with dispatch.recording() as choices:
+            loss, *mems = model(inp, target, *mems)
+        if impl == 'reference':
+            assert {c.chosen for c in choices if c.operation == 'attention'} == {'reference'}
         close(f'segment {i} loss', loss.detach(), seg['loss'])
         assert len(mems) == len(seg['mems']), f"segment {i}: {len(mems)} memories, expected {len(seg['mems'])}"
         for layer, (ours, theirs) in enumerate(zip(mems, seg['mems'])):
@@ -77,9 +81,10 @@ def test_reference(path):
 
 
 @pytest.mark.parametrize('path', FILES, ids=IDS)
-def test_reference_plain_path(path):
-    """The original's computation (`model.fast = False`: no head-major layout, no caches) matches as well."""
-    _run_and_compare(_load(path), atol=1e-9, rtol=0, round_scores_to_float32=True, fast=False)
+def test_reference_with_impl_reference(path):
+    """The readable specification (`impl='reference'`: `relative_attention.py`, `F.linear`, PyTorch's layer norm)
+    matches as well."""
+    _run_and_compare(_load(path), atol=1e-9, rtol=0, round_scores_to_float32=True, impl='reference')
 
 
 @pytest.mark.parametrize('path', FILES, ids=IDS)
