@@ -160,14 +160,9 @@ def _dropout_active(dropout: Optional[nn.Module]) -> bool:
     return dropout is not None and dropout.training and dropout.p > 0
 
 
-def _may_mask_a_whole_row(masked: Optional[torch.Tensor], qlen: int, klen: int) -> bool:
-    """Whether some query has every key masked (a decoder window mask never does)."""
-    if masked is None:
-        return False
-    mask_2d = masked if masked.dim() == 2 else (masked[:, :, 0] if masked.shape[2] == 1 else None)
-    if mask_2d is not None and mask_2d.shape == (qlen, klen) and decoder_key_window(mask_2d, qlen, klen) is not None:
-        return False
-    return bool(masked.all(dim=1).any())
+def _may_mask_a_whole_row(masked: Optional[torch.Tensor], window: Optional[int]) -> bool:
+    """Whether some query has every key masked (a decoder's window mask, `window`, never does)."""
+    return masked is not None and window is None and bool(masked.all(dim=1).any())
 
 
 def _kernel_refusal(plan: Plan, q: torch.Tensor, klen: int, terms: Optional[RelativeTerms], window: Optional[int],
@@ -228,7 +223,7 @@ def choose_attention(plan: Plan, q: torch.Tensor, klen: int, masked: Optional[to
         sdpa = 'attention dropout in training: SDPA would draw its own masks, other than the other paths draw'
     if sdpa is None and masked is not None and plan.compiling:
         sdpa = 'inside torch.compile the mask is not read, and a query with every key masked would give NaN in SDPA'
-    elif sdpa is None and _may_mask_a_whole_row(masked, qlen, klen):
+    elif sdpa is None and _may_mask_a_whole_row(masked, window):
         sdpa = 'a query has every key masked: SDPA gives NaN there, the others give zero weights'
     chosen = _decide('attention', [('kernel', kernel), ('sdpa', sdpa), ('composite', common), ('reference', None)])
     return chosen, window
@@ -307,13 +302,12 @@ def _reference(q, k, values, scale, masked, terms, get_scores, dropout, need_wei
         entry_bias = None if terms.entry_bias is None else terms.entry_bias.transpose(0, 1)
         scores = relative_attention_scores(q, k, terms.table.transpose(0, 1), terms.content_bias,
                                            terms.position_bias, entry_bias)
-    head_major_dropout = None
-    if dropout is not None:
-        def head_major_dropout(weights: torch.Tensor) -> torch.Tensor:
-            # Dropped in the element order of `[batch, heads, qlen, klen]`: the masks the other paths draw
-            return dropout(weights.permute(2, 3, 0, 1)).permute(2, 3, 0, 1)
-    out, weights = attention(scores, values, masked, scale, head_major_dropout, round_scores_to_float32,
-                             rows_may_be_empty)
+    def head_major_dropout(weights: torch.Tensor) -> torch.Tensor:
+        # Dropped in the element order of `[batch, heads, qlen, klen]`: the masks the other paths draw
+        return dropout(weights.permute(2, 3, 0, 1)).permute(2, 3, 0, 1)
+
+    out, weights = attention(scores, values, masked, scale, None if dropout is None else head_major_dropout,
+                             round_scores_to_float32, rows_may_be_empty)
     return out.flatten(-2), (weights if need_weights else None)
 
 
