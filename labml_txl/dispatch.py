@@ -102,7 +102,8 @@ def recording() -> Iterator[List[Choice]]:
     try:
         yield choices
     finally:
-        _recorders.remove(choices)
+        # (by identity: two blocks may have recorded equal lists)
+        del _recorders[next(i for i, recorder in enumerate(_recorders) if recorder is choices)]
 
 
 def summary(choices: List[Choice]) -> str:
@@ -179,8 +180,9 @@ def _kernel_refusal(plan: Plan, q: torch.Tensor, klen: int, terms: Optional[Rela
         return f'under autocast to {plan.autocast}: the kernel computes in float32'
     if plan.compiling:
         return 'inside torch.compile, which does not trace it'
-    if any(t.dtype != torch.float32 or t.device.type != 'cpu' for t in tensors):
-        return f'{q.dtype} inputs: the kernel takes float32 CPU tensors'
+    other = next((t for t in tensors if t.dtype != torch.float32 or t.device.type != 'cpu'), None)
+    if other is not None:
+        return f'an input is {other.dtype} on {other.device.type}: the kernel takes float32 CPU tensors'
     if window is None:
         return "the mask is not a decoder's causal or same_length window"
     if not native_attention.kernel_available():

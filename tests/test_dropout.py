@@ -2,16 +2,26 @@
 `labml_txl.dropout.Dropout`: a Bernoulli(1 - p') mask from 16-bit integers, scaled by 1 / (1 - p'), checked against
 the binomial distribution, the scaling and gradient it must have, and `nn.Dropout` where it stands in for it.
 """
+import contextlib
 import math
 
 import pytest
 import torch
 from torch import nn
 
+from labml_txl import dispatch, native
 from labml_txl.dropout import Dropout, relu_dropout_
+from labml_txl.feed_forward import FeedForward
+from labml_txl.mha import MultiHeadAttention
+from labml_txl.models import TransformerLayer
 from labml_txl.xl import MemTransformerLM
 
-from xl.helpers import small_config
+from xl.helpers import plain_and_fast, small_config
+
+
+def _dropout_paths(choices):
+    """The mask drawer each recorded dropout chose."""
+    return [c.chosen for c in choices if c.operation == 'dropout']
 
 
 @pytest.mark.parametrize('p', [0.1, 0.5, 0.9])
@@ -64,15 +74,12 @@ def test_masks_follow_the_seed():
 
 def test_is_nn_dropout_where_it_does_not_draw_its_own_mask():
     x = torch.randn(50, 20)
-    ours, theirs = Dropout(0.3), nn.Dropout(0.3)
+    ours = Dropout(0.3)
     # Evaluation: the input itself
-    assert ours.eval()(x) is x
-    # `fast = False`: `nn.Dropout`'s own mask, the same for the same seed
-    ours.train().fast = False
-    torch.manual_seed(4)
-    expected = theirs.train()(x)
-    torch.manual_seed(4)
-    assert torch.equal(ours(x), expected)
+    with dispatch.recording() as choices:
+        assert ours.eval()(x) is x
+    (choice,) = choices
+    assert choice.chosen == 'nn.Dropout' and 'not training' in dict(choice.refused)['kernel']
     # p = 1 drops everything
     assert torch.equal(Dropout(1.0).train()(x), torch.zeros_like(x))
     # p within 2^-17 of 0 or 1, where 16 bits cannot tell it from 0 or 1: `nn.Dropout`'s mask, the same for the seed
@@ -80,26 +87,53 @@ def test_is_nn_dropout_where_it_does_not_draw_its_own_mask():
         torch.manual_seed(6)
         expected = nn.Dropout(p).train()(x)
         torch.manual_seed(6)
-        assert torch.equal(Dropout(p).train()(x), expected)
+        with dispatch.recording() as choices:
+            assert torch.equal(Dropout(p).train()(x), expected)
+        (choice,) = choices
+        assert choice.chosen == 'nn.Dropout' and '2^-17' in dict(choice.refused)['16-bit']
 
 
-@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize('fast', [True, False])
-def test_relu_dropout_in_place_equals_relu_then_dropout(fast, dtype):
+def test_where_each_mask_is_drawn():
+    """The kernel for float32 CPU tensors in training, PyTorch's 16-bit integers for other dtypes or with our kernels
+    disabled (`dispatch.dropout_path`; it does not take `impl`, so a model draws the same masks whichever computes)."""
+    drop = Dropout(0.3).train()
+    with dispatch.recording() as choices:
+        drop(torch.randn(8))
+        drop(torch.randn(8, dtype=torch.float64))
+        drop(torch.randn(8, dtype=torch.bfloat16))
+        with native.disabled():
+            drop(torch.randn(8))
+    assert _dropout_paths(choices) == ['kernel', '16-bit', '16-bit', '16-bit']
+    assert choices[0].refused == ()
+    assert all('float32' in dict(c.refused)['kernel'] for c in choices[1:3])
+    assert 'disabled' in dict(choices[3].refused)['kernel']
+
+
+# Where the mask is drawn: the kernel (float32), PyTorch's 16-bit integers (bfloat16, or float32 with our kernels
+# disabled), `nn.Dropout` (p within 2^-17 of 0: the fused step is then ReLU in place and the module)
+RELU_DROPOUT_CASES = {'kernel': ('kernel', torch.float32, 0.1, False), '16-bit': ('16-bit', torch.bfloat16, 0.1, False),
+                      '16-bit-disabled': ('16-bit', torch.float32, 0.1, True),
+                      'nn.Dropout': ('nn.Dropout', torch.float32, 1e-6, False)}
+
+
+@pytest.mark.parametrize('path, dtype, p, disabled', RELU_DROPOUT_CASES.values(), ids=RELU_DROPOUT_CASES.keys())
+def test_relu_dropout_in_place_equals_relu_then_dropout(path, dtype, p, disabled):
     """The fused feed-forward step gives the same output and gradient as its two modules, from the same seed."""
-    dropout = Dropout(0.1).train()
-    dropout.fast = fast
+    dropout = Dropout(p).train()
     x = torch.randn(37, 3, 16, dtype=dtype, requires_grad=True)
     weight = torch.randn(16, 16, dtype=dtype)
     grad = torch.randn(37, 3, 16, dtype=dtype)
-    results = []
+    results, paths = [], []
     for step in (lambda h: relu_dropout_(h, dropout), lambda h: dropout(torch.relu(h))):
         torch.manual_seed(5)
-        out = step(x @ weight)
+        with native.disabled() if disabled else contextlib.nullcontext(), dispatch.recording() as choices:
+            out = step(x @ weight)
         (x_grad,) = torch.autograd.grad(out, x, grad)
         results.append((out, x_grad))
+        paths += _dropout_paths(choices)
     (fused, fused_grad), (modules, modules_grad) = results
-    assert ('ReLUDropoutInPlace' in type(fused.grad_fn).__name__) == fast
+    assert set(paths) == {path}
+    assert ('ReLUDropoutInPlace' in type(fused.grad_fn).__name__) == (path != 'nn.Dropout')
     assert torch.equal(fused, modules) and torch.equal(fused_grad, modules_grad)
     assert 0 < (fused == 0).double().mean() < 1
 
@@ -109,21 +143,46 @@ def test_refuses_a_probability_outside_zero_to_one():
         Dropout(1.5)
 
 
-def test_the_model_switches_its_dropouts_with_fast():
+def test_every_dropout_of_the_model_is_ours():
     model = MemTransformerLM(**small_config(dropout=0.1, dropatt=0.1))
     dropouts = [m for m in model.modules() if isinstance(m, nn.Dropout)]
     # Every dropout of the model is ours: embedding, attention output, attention weights, feed-forward
     assert len(dropouts) == 1 + model.n_layer * 4 and all(isinstance(m, Dropout) for m in dropouts)
-    assert all(m.fast for m in dropouts)
-    model.fast = False
-    assert not any(m.fast for m in dropouts)
+    data = torch.randint(40, (6, 3))
+    with dispatch.recording() as choices:
+        model(data[:5], data[1:])
+    assert set(_dropout_paths(choices)) == {'kernel'}
+
+
+@pytest.mark.parametrize('attn_type', [0, 1, 2])
+def test_the_model_draws_the_same_masks_whichever_impl_computes(attn_type):
+    """Training with dropout and attention dropout: from the same seed `impl='auto'` and `impl='reference'` drop the
+    same elements, so their losses and gradients agree to float rounding."""
+    plain, fast = plain_and_fast(dropout=0.1, dropatt=0.1, attn_type=attn_type)
+    data = torch.randint(40, (6, 3))
+    losses, paths = [], []
+    for model in (plain, fast):
+        torch.manual_seed(3)
+        with dispatch.recording() as choices:
+            loss = model(data[:5], data[1:])[0]
+        loss.mean().backward()
+        losses.append(loss)
+        paths.append(_dropout_paths(choices))
+    assert paths[0] == paths[1] and set(paths[0]) == {'kernel'}
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-5)
+    for (name, a), b in zip(fast.named_parameters(), plain.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=name)
+    # (another seed drops other elements: the agreement is not that of models that drop nothing)
+    torch.manual_seed(4)
+    assert not torch.allclose(fast(data[:5], data[1:])[0], losses[1], rtol=1e-3, atol=1e-3)
 
 
 def test_the_vanilla_parts_draw_the_cheaper_masks_too():
-    from labml_txl.feed_forward import FeedForward
-    from labml_txl.mha import MultiHeadAttention
-    from labml_txl.models import TransformerLayer
     layer = TransformerLayer(d_model=16, self_attn=MultiHeadAttention(2, 16, dropout_prob=0.1),
                              src_attn=None, feed_forward=FeedForward(16, 32, dropout=0.1), dropout_prob=0.1)
     dropouts = [m for m in layer.modules() if isinstance(m, nn.Dropout)]
-    assert len(dropouts) == 3 and all(isinstance(m, Dropout) and m.fast for m in dropouts)
+    assert len(dropouts) == 3 and all(isinstance(m, Dropout) for m in dropouts)
+    with dispatch.recording() as choices:
+        layer(x=torch.randn(5, 2, 16))
+    # The attention weights', the feed-forward's and the residuals' masks, all drawn by the kernel
+    assert len(_dropout_paths(choices)) >= 3 and set(_dropout_paths(choices)) == {'kernel'}

@@ -8,10 +8,14 @@ import torch
 import torch.optim.optimizer as optimizer
 hooks = len(optimizer._global_optimizer_post_hooks)
 import labml_txl, labml_txl.configs, labml_txl.xl, labml_txl.train.trainer, labml_txl.native
+import labml_txl.dispatch, labml_txl.attention_heads, labml_txl.relative_attention, labml_txl.attention_mask
+import labml_txl.positional_encoding, labml_txl.mha, labml_txl.relative_mha, labml_txl.dropout
+import labml_txl.prepacked_linear
 assert len(optimizer._global_optimizer_post_hooks) == hooks, 'an optimizer hook was registered at import'
 assert 'torch.utils.cpp_extension' not in sys.modules, 'the extension builder was imported'
 from labml_txl.native import build
 assert not build._loaded and not build._checked, 'a kernel was loaded at import'
+assert labml_txl.prepacked_linear._available is None, "oneDNN's ops were checked at import"
 print('clean')
 '''
 

@@ -5,8 +5,10 @@ import pytest
 import torch
 from torch import nn
 
+from labml_txl import dispatch
 from labml_txl.attention_mask import subsequent_mask
 from labml_txl.interop import from_torch, to_torch
+from labml_txl.mha import MultiHeadAttention
 
 
 def randomise(module: nn.Module):
@@ -59,6 +61,30 @@ def test_from_torch_output_equals_torch(norm_first, activation, n_encoder, n_dec
         expected = t(src, tgt, tgt_mask=causal, src_key_padding_mask=src_padding,
                      memory_key_padding_mask=src_padding)
         got = m(src, tgt, src_mask=keys_present, tgt_mask=our_causal, memory_mask=keys_present)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize('impl', ['auto', 'reference'])
+def test_every_attention_path_gives_torchs_output(impl):
+    """The converted model's attentions by the dispatcher's choice (SDPA: no weights, no gradients, every query keeps
+    a key) and by the reference (`impl='reference'`): torch's output either way."""
+    t = make_torch_transformer()
+    m = from_torch(t).eval()
+    attentions = [a for a in m.modules() if isinstance(a, MultiHeadAttention)]
+    assert len(attentions) == 2 + 2 * 2
+    for attention in attentions:
+        attention.impl = impl
+    src_lengths, tgt_len = [6, 4, 2], 5
+    src, tgt = torch.randn(6, 3, 16), torch.randn(tgt_len, 3, 16)
+    src_padding, causal = torch_masks(src_lengths, tgt_len)
+    keys_present, our_causal = our_masks(src_lengths, tgt_len)
+    with torch.no_grad():
+        expected = t(src, tgt, tgt_mask=causal, src_key_padding_mask=src_padding,
+                     memory_key_padding_mask=src_padding)
+        with dispatch.recording() as choices:
+            got = m(src, tgt, src_mask=keys_present, tgt_mask=our_causal, memory_mask=keys_present)
+    paths = [c.chosen for c in choices if c.operation == 'attention']
+    assert paths == ['sdpa' if impl == 'auto' else 'reference'] * len(attentions)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
 
 

@@ -1,11 +1,21 @@
-"""MultiHeadAttention: the fused and explicit paths against each other and against a per-head loop."""
+"""MultiHeadAttention: the paths the dispatcher runs it by (SDPA, the composite, the reference) against each other and
+against a per-head loop."""
 import math
 
 import pytest
 import torch
 
+from labml_txl import dispatch
 from labml_txl.attention_mask import subsequent_mask
 from labml_txl.mha import MultiHeadAttention
+
+
+def _attention_choices(choices):
+    return [c for c in choices if c.operation == 'attention']
+
+
+def _attention_paths(choices):
+    return [c.chosen for c in _attention_choices(choices)]
 
 
 def naive_attention(mha: MultiHeadAttention, query, key, value, mask):
@@ -35,16 +45,26 @@ def padding_and_causal_mask(seq_len, lengths):
 
 
 @pytest.mark.parametrize('mask_kind', ['none', 'causal', 'padding'])
-def test_both_paths_match_a_naive_loop(mask_kind):
+def test_every_path_matches_a_naive_loop(mask_kind):
+    """SDPA (no weights asked for), the composite (the weights asked for) and the reference (`impl='reference'`)."""
     mha = MultiHeadAttention(4, 32, dropout_prob=0.0).eval()
     x = torch.randn(7, 3, 32)
     mask = {'none': None, 'causal': subsequent_mask(7), 'padding': padding_and_causal_mask(7, [7, 5, 2])}[mask_kind]
     expected = naive_attention(mha, x, x, x, mask)
-    fused = mha(query=x, key=x, value=x, mask=mask)
-    explicit, weights = mha(query=x, key=x, value=x, mask=mask, need_weights=True)
+    with dispatch.recording() as choices:
+        fused = mha(query=x, key=x, value=x, mask=mask)
+        explicit, weights = mha(query=x, key=x, value=x, mask=mask, need_weights=True)
+    assert _attention_paths(choices) == ['sdpa', 'composite']
+    assert 'need_weights' in dict(_attention_choices(choices)[-1].refused)['sdpa']
+    mha.impl = 'reference'
+    with dispatch.recording() as choices:
+        reference, reference_weights = mha(query=x, key=x, value=x, mask=mask, need_weights=True)
+    assert _attention_paths(choices) == ['reference']
     torch.testing.assert_close(fused, expected, atol=1e-6, rtol=0)
     torch.testing.assert_close(explicit, expected, atol=1e-6, rtol=0)
+    torch.testing.assert_close(reference, expected, atol=1e-6, rtol=0)
     torch.testing.assert_close(fused, explicit, atol=1e-6, rtol=0)
+    torch.testing.assert_close(weights, reference_weights, atol=1e-6, rtol=0)
     # Weights `[seq_q, seq_k, batch, heads]` are distributions over the keys, zero where masked
     assert weights.shape == (7, 7, 3, 4)
     torch.testing.assert_close(weights.sum(dim=1), torch.ones(7, 3, 4))
@@ -80,16 +100,24 @@ def test_mask_of_the_wrong_dtype_is_rejected():
         mha(query=x, key=x, value=x, mask=torch.ones(5, 5, 1))
 
 
-def test_a_fully_masked_row_attends_to_nothing_on_both_paths():
-    """A query with no key it may attend to gets all-zero weights (not NaN) with `need_weights=True`, as the fused
-    path already gave: its output is the output projection's bias alone, on both paths."""
+@pytest.mark.parametrize('impl', ['auto', 'reference'])
+def test_a_fully_masked_row_attends_to_nothing_on_every_path(impl):
+    """A query with no key it may attend to gets all-zero weights (not NaN) with `need_weights=True`: its output is
+    the output projection's bias alone, with the weights and without (where SDPA, which would give NaN there, is
+    refused for it)."""
     torch.manual_seed(0)
-    mha = MultiHeadAttention(heads=2, d_model=8, dropout_prob=0.0).eval()
+    mha = MultiHeadAttention(heads=2, d_model=8, dropout_prob=0.0, impl=impl).eval()
     x = torch.randn(4, 3, 8)
     mask = subsequent_mask(4).expand(4, 4, 3).clone()
     mask[2, :, 1] = False
-    out, weights = mha(query=x, key=x, value=x, mask=mask, need_weights=True)
-    fused = mha(query=x, key=x, value=x, mask=mask)
+    with dispatch.recording() as choices:
+        out, weights = mha(query=x, key=x, value=x, mask=mask, need_weights=True)
+        fused = mha(query=x, key=x, value=x, mask=mask)
+    if impl == 'auto':
+        assert _attention_paths(choices) == ['composite', 'composite']
+        assert 'every key masked' in dict(_attention_choices(choices)[-1].refused)['sdpa']
+    else:
+        assert _attention_paths(choices) == ['reference', 'reference']
     assert not torch.isnan(weights).any() and not torch.isnan(out).any()
     assert torch.equal(weights[2, :, 1], torch.zeros(4, 2))
     torch.testing.assert_close(out[2, 1], mha.output.bias)
@@ -105,3 +133,27 @@ def test_constructor_arguments_are_checked(argument, value):
     error = TypeError if argument == 'bias' else ValueError
     with pytest.raises(error, match=rf"{argument}={value!r} is not accepted"):
         MultiHeadAttention(heads=2, d_model=8, **{argument: value})
+
+
+def test_impl_is_checked_with_a_message():
+    with pytest.raises(ValueError, match=r"impl='fast' is not accepted: 'auto' .* or 'reference'"):
+        MultiHeadAttention(heads=2, d_model=8, impl='fast')
+
+
+def test_attention_dropout_in_training_draws_the_same_masks_on_both_paths():
+    """Training with attention dropout: the composite (SDPA would draw masks of its own) and the reference drop the
+    same weights from the same seed."""
+    torch.manual_seed(1)
+    x = torch.randn(6, 2, 16)
+    outputs = []
+    for impl in ('auto', 'reference'):
+        torch.manual_seed(2)
+        mha = MultiHeadAttention(heads=4, d_model=16, dropout_prob=0.3, impl=impl).train()
+        torch.manual_seed(3)
+        with dispatch.recording() as choices:
+            outputs.append(mha(query=x, key=x, value=x, mask=subsequent_mask(6)))
+        assert _attention_paths(choices) == ['composite' if impl == 'auto' else 'reference']
+    torch.testing.assert_close(outputs[0], outputs[1], atol=1e-6, rtol=0)
+    # (the dropout changes the output: another seed gives another one)
+    torch.manual_seed(4)
+    assert not torch.allclose(mha(query=x, key=x, value=x, mask=subsequent_mask(6)), outputs[1], atol=1e-3)

@@ -1,17 +1,21 @@
 """
-Our causal relative attention kernel (`labml_txl/native/`) against the plain computation (the original's scores,
-shift and masked softmax in float64), where it runs and where it does not, and how it falls back when it cannot be
-built.
+Our causal relative attention kernel (`labml_txl/native/attention.py`) against the plain computation (the original's
+scores, shift and masked softmax in float64), where the dispatcher runs it and where it does not (with the reasons
+`dispatch.recording()` shows), and how it falls back when it cannot be built.
 """
 import warnings
 
 import pytest
 import torch
+from torch.utils import cpp_extension
 
-from labml_txl import native
+from labml_txl import dispatch, native
+from labml_txl.attention_mask import decoder_key_window, decoder_window_mask
+from labml_txl.dispatch import Plan, RelativeTerms
+from labml_txl.dropout import Dropout
+from labml_txl.native import attention as native_attention
 from labml_txl.native import build
-from labml_txl.relative_attention import (decoder_key_window, decoder_window_mask, masked_softmax,
-                                          relative_attention_scores, relative_shift)
+from labml_txl.relative_attention import masked_softmax, relative_attention_scores, relative_shift
 from labml_txl.xl import MemTransformerLM
 
 from xl.helpers import plain_and_fast, small_config
@@ -46,7 +50,8 @@ def _plain_attention(q, k, values, table, content_bias, position_bias, entry_bia
         # $c_s$ per table entry, shifted to key positions with the position terms
         score = score + relative_shift(entry_bias[:, :klen].double().t()[None, :, None].expand(q_.shape[0], -1,
                                                                                              q.shape[0], -1))
-    weights = masked_softmax(score * scale, _original_mask(q_.shape[0], klen - q_.shape[0]) if mask is None else mask)
+    mask = _original_mask(q_.shape[0], klen - q_.shape[0]) if mask is None else mask
+    weights = masked_softmax(score * scale, mask[:, :, None, None])
     out = torch.einsum('ijbn,jbnd->ibnd', weights, v_)
     return out.reshape(out.shape[0], out.shape[1], -1)
 
@@ -67,6 +72,28 @@ def _inputs(batch, heads, qlen, mlen, d_head, seed=0, table_extra=1):
     return q, k, values, table, randn(heads, d_head), randn(heads, d_head), randn(heads, klen + table_extra)
 
 
+def _decision(q, k, values, table, a=None, b=None, c=None, masked=None, plan=None, dropout=None,
+              need_weights=False):
+    """What `dispatch.attend` runs for these inputs, decided in the state of the caller (or `plan`): the `Choice`
+    it records and the window of keys it gives the kernel."""
+    plan = Plan.now(q.device) if plan is None else plan
+    terms = RelativeTerms(table, a, b, c)
+    with dispatch.recording() as choices:
+        chosen, window = dispatch.choose_attention(plan, q, k.shape[-2], masked, terms, None, dropout, need_weights,
+                                                   False, [k, values] + terms.tensors())
+    assert len(choices) == 1 and choices[0].chosen == chosen
+    return choices[0], window
+
+
+def _kernel_refusal(choice):
+    """The reason the kernel was refused, or None where it was chosen."""
+    return dict(choice.refused).get('kernel')
+
+
+def _attention_choices(choices):
+    return [c for c in choices if c.operation == 'attention']
+
+
 # batch, heads, qlen, mlen, d_head: one query, no memory, a partial block (37 = 32 + 5), three blocks behind a
 # memory longer than the segment, heads whose size is not a multiple of the vector width
 SHAPES = [(2, 3, 1, 0, 8), (2, 3, 1, 9, 8), (1, 1, 5, 0, 4), (2, 2, 37, 11, 8), (2, 2, 70, 100, 16),
@@ -83,12 +110,31 @@ def test_kernel_equals_the_plain_computation(shape, biases):
     q, k, values, table, a, b, c = _inputs(*shape)
     a, b, c = (t if given else None for t, given in zip((a, b, c), biases))
     qlen, klen = q.shape[-2], k.shape[-2]
+    causal = _original_mask(qlen, klen - qlen)
     with torch.no_grad():
-        assert native.kernel_window(q, table, _original_mask(qlen, klen - qlen), klen, k, values, a, b, c) == klen
-        out = native.causal_relative_attention(q, k, values, table, a, b, 0.3, c)
+        # The dispatcher gives it the causal mask's window, every key
+        choice, window = _decision(q, k, values, table, a, b, c, causal)
+        assert choice.chosen == 'kernel' and window == klen
+        with dispatch.recording() as choices:
+            out, weights = dispatch.attend(Plan.now(q.device), q, k, values, scale=0.3, masked=causal,
+                                           terms=RelativeTerms(table, a, b, c))
+        assert [c.chosen for c in choices] == ['kernel'] and weights is None
+        assert torch.equal(native_attention.causal_relative_attention(q, k, values, table, a, b, 0.3, c), out)
     expected = _plain_attention(q, k, values, table, a, b, c, 0.3)
     assert out.shape == expected.shape and out.dtype == torch.float32
     torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('window', [None, 30])
+def test_the_first_checks_expectation_is_the_plain_computation(window):
+    """The first check compares the kernel with `relative_attention.py`'s computation (`_reference`): that is the
+    plain computation too, on a causal and a `same_length` window."""
+    q, k, values, table, a, b, c = _inputs(2, 3, 37, 40, 8)
+    expected = _plain_attention(q, k, values, table, a, b, c, 0.3,
+                                None if window is None else decoder_window_mask(37, 77, window))
+    reference = native_attention._reference(q, k, values, table, a, b, c, 0.3, 77 if window is None else window)
+    assert reference.shape == (37, 2, 3, 8)
+    torch.testing.assert_close(reference.flatten(-2).double(), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_portable_build_equals_the_plain_computation(monkeypatch):
@@ -98,13 +144,14 @@ def test_portable_build_equals_the_plain_computation(monkeypatch):
     portable_build = build.load_kernel('causal_relative_attention',
                                        defines=('LABML_TXL_KERNEL_SGEMM', 'LABML_TXL_KERNEL_OWN_TRANSPOSE'))
     assert portable_build is not None and portable_build is not build.load_kernel('causal_relative_attention')
-    # `native.causal_relative_attention` calls this build from here on
+    # `native_attention.causal_relative_attention` calls this build from here on
     monkeypatch.setitem(build._checked, 'causal_relative_attention', portable_build)
     q, k, values, table, a, b, c = _inputs(2, 3, 37, 40, 16)
     for window in (77, 30):
         with torch.no_grad():
-            out = native.causal_relative_attention(q, k[:, :, 40:], values[:, :, 40:], table, a, b, 0.3, c, window,
-                                                   k_memory=k[:, :, :40], values_memory=values[:, :, :40])
+            out = native_attention.causal_relative_attention(q, k[:, :, 40:], values[:, :, 40:], table, a, b, 0.3, c,
+                                                             window, k_memory=k[:, :, :40],
+                                                             values_memory=values[:, :, :40])
         mask = decoder_window_mask(37, 77, window)
         torch.testing.assert_close(out.double(), _plain_attention(q, k, values, table, a, b, c, 0.3, mask),
                                    rtol=1e-5, atol=1e-5)
@@ -126,8 +173,8 @@ def test_kernel_reads_keys_and_values_in_two_parts(memory_rows):
     assert not k_all.is_contiguous()
     for window in (77, 25):
         with torch.no_grad():
-            out = native.causal_relative_attention(q, k_segment, v_segment, table, a, b, 0.3, c, window,
-                                                   k_memory=k_memory, values_memory=v_memory)
+            out = native_attention.causal_relative_attention(q, k_segment, v_segment, table, a, b, 0.3, c, window,
+                                                             k_memory=k_memory, values_memory=v_memory)
         torch.testing.assert_close(out.double(), _plain_attention(q, k, values, table, a, b, c, 0.3,
                                                                   decoder_window_mask(37, 77, window)),
                                    rtol=1e-5, atol=1e-5)
@@ -140,7 +187,7 @@ def test_kernel_reads_strided_tables_and_biases():
     entry_view = c.t().contiguous().t()
     assert not table_view.is_contiguous() and not entry_view.is_contiguous()
     with torch.no_grad():
-        out = native.causal_relative_attention(q, k, values, table_view, a, None, 0.5, entry_view)
+        out = native_attention.causal_relative_attention(q, k, values, table_view, a, None, 0.5, entry_view)
     torch.testing.assert_close(out.double(), _plain_attention(q, k, values, table, a, None, c, 0.5),
                                rtol=1e-5, atol=1e-5)
 
@@ -170,9 +217,13 @@ def test_kernel_with_same_length_windows_equals_the_plain_computation(qlen, mlen
     q, k, values, table, a, b, c = _inputs(2, 2, qlen, mlen, 8)
     mask = _original_mask(qlen, mlen, mem_len)
     with torch.no_grad():
-        window = native.kernel_window(q, table, mask, k.shape[-2], k, values, a, b, c)
-        assert window is not None
-        out = native.causal_relative_attention(q, k, values, table, a, b, 0.3, c, window)
+        choice, window = _decision(q, k, values, table, a, b, c, mask)
+        assert choice.chosen == 'kernel' and window == decoder_key_window(mask, qlen, mlen + qlen) is not None
+        out = native_attention.causal_relative_attention(q, k, values, table, a, b, 0.3, c, window)
+        # and the same through the dispatcher
+        attended, _ = dispatch.attend(Plan.now(q.device), q, k, values, scale=0.3, masked=mask,
+                                      terms=RelativeTerms(table, a, b, c))
+    assert torch.equal(attended, out)
     torch.testing.assert_close(out.double(), _plain_attention(q, k, values, table, a, b, c, 0.3, mask),
                                rtol=1e-5, atol=1e-5)
 
@@ -194,10 +245,17 @@ def _assert_gradients_match_the_plain_computation(inputs, scale, window=None, me
     leaves = [None if t is None else t.detach().clone().requires_grad_() for t in inputs]
     q_, k_, v_, table_, a_, b_, c_ = leaves
     parts = {} if memory_rows == 0 else dict(k_memory=k_[:, :, :memory_rows], values_memory=v_[:, :, :memory_rows])
-    out = native.causal_relative_attention(q_, k_[:, :, memory_rows:], v_[:, :, memory_rows:], table_, a_, b_, scale,
-                                           c_, window, **parts)
+    out = native_attention.causal_relative_attention(q_, k_[:, :, memory_rows:], v_[:, :, memory_rows:], table_, a_,
+                                                     b_, scale, c_, window, needs_grad=True, **parts)
     grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
     grads = _gradients(leaves, out, grad_out)
+    # The dispatcher, with gradients recorded and this mask, gives the same call to the kernel and its backward pass
+    with dispatch.recording() as choices:
+        attended, _ = dispatch.attend(Plan.now(q.device), q_, k_[:, :, memory_rows:], v_[:, :, memory_rows:],
+                                      scale=scale, masked=mask, terms=RelativeTerms(table_, a_, b_, c_), **parts)
+    assert [c.chosen for c in choices] == ['kernel'] and torch.equal(attended, out)
+    for grad, dispatched in zip(grads, _gradients(leaves, attended, grad_out)):
+        assert (grad is None) == (dispatched is None) and (grad is None or torch.equal(grad, dispatched))
     reference_leaves = [None if t is None else t.detach().double().requires_grad_() for t in inputs]
     expected = _plain_attention(*reference_leaves, scale, mask)
     expected_grads = _gradients(reference_leaves, expected, grad_out.double())
@@ -236,7 +294,7 @@ def test_kernel_refuses_a_second_derivative_with_a_message():
     """The kernel's gradients carry no graph of their own: asking for a second derivative raises instead of
     returning a wrong one."""
     q, k, values, table, a, b, _ = (None if t is None else t.requires_grad_() for t in _inputs(2, 2, 5, 3, 8))
-    out = native.causal_relative_attention(q, k, values, table, a, b, 0.3)
+    out = native_attention.causal_relative_attention(q, k, values, table, a, b, 0.3, needs_grad=True)
     # (an incoming gradient that itself needs one, as in a gradient penalty)
     grad_out = torch.randn(out.shape, requires_grad=True)
     (grad_q,) = torch.autograd.grad(out, q, grad_out, create_graph=True)
@@ -290,67 +348,101 @@ def test_key_window_kept_for_a_mask_follows_changes_to_it():
 
 
 def test_kernel_serves_only_float32_cpu_under_a_window_mask():
+    """The dispatcher's decision for the kernel, and the reason it gives where it refuses it."""
     q, k, values, table, a, b, _ = _inputs(2, 2, 5, 3, 8)
     causal = _original_mask(5, 3)
     with torch.no_grad():
-        assert native.kernel_window(q, table, causal, 8, k, values, a, b) == 8
-        # A padding mask, no mask, a broadcast form of the mask
+        choice, window = _decision(q, k, values, table, a, b, masked=causal)
+        assert choice.chosen == 'kernel' and choice.refused == () and window == 8
+        # The `[qlen, klen, 1]` form of the same mask (one for every sequence) is the same window
+        assert _decision(q, k, values, table, a, b, masked=causal[:, :, None])[0].chosen == 'kernel'
+        # A padding mask, no mask, a mask per sequence: not a decoder's window
         padding = causal.clone()
         padding[:, 1] = True
-        assert native.kernel_window(q, table, padding, 8, k, values, a, b) is None
-        assert native.kernel_window(q, table, None, 8, k, values, a, b) is None
-        assert native.kernel_window(q, table, causal[None, None], 8, k, values, a, b) is None
-        # a table shorter than the keys, float64, a float64 bias, autocast
-        assert native.kernel_window(q, table[:, :7], causal, 8, k, values, a, b) is None
-        assert native.kernel_window(q.double(), table.double(), causal, 8, k.double(), values.double()) is None
-        assert native.kernel_window(q, table, causal, 8, k, values, a.double(), b) is None
+        for masked in (padding, None, causal[:, :, None].expand(5, 8, 2)):
+            choice, window = _decision(q, k, values, table, a, b, masked=masked)
+            assert choice.chosen != 'kernel' and window is None
+            assert 'window' in _kernel_refusal(choice)
+        # A table shorter than the keys
+        assert 'table of 7 entries for 8 keys' in _kernel_refusal(_decision(q, k, values, table[:, :7], a, b,
+                                                                            masked=causal)[0])
+        # float64, a float64 bias
+        doubles = (t.double() for t in (q, k, values, table))
+        assert 'float32' in _kernel_refusal(_decision(*doubles, masked=causal)[0])
+        # (the reason names the input that is not float32, here only the bias)
+        assert 'an input is torch.float64' in _kernel_refusal(_decision(q, k, values, table, a.double(), b,
+                                                                        masked=causal)[0])
+        # autocast
         with torch.autocast('cpu', dtype=torch.bfloat16):
-            assert native.kernel_window(q, table, causal, 8, k, values, a, b) is None
-    # with gradients too (the kernel has its backward pass), but not inside `torch.compile` or a `disabled()` block
-    assert native.kernel_window(q.requires_grad_(), table, causal, 8, k, values, a, b) == 8
+            assert 'autocast' in _kernel_refusal(_decision(q, k, values, table, a, b, masked=causal)[0])
+        # inside `torch.compile`, on another device
+        compiling = Plan('auto', 'cpu', grad=False, autocast=None, compiling=True)
+        assert 'torch.compile' in _kernel_refusal(_decision(q, k, values, table, a, b, masked=causal,
+                                                            plan=compiling)[0])
+        on_cuda = Plan('auto', 'cuda', grad=False, autocast=None, compiling=False)
+        assert 'cuda' in _kernel_refusal(_decision(q, k, values, table, a, b, masked=causal, plan=on_cuda)[0])
+        # the weights asked for, attention dropout in training (not in evaluation)
+        assert 'need_weights' in _kernel_refusal(_decision(q, k, values, table, a, b, masked=causal,
+                                                           need_weights=True)[0])
+        assert 'dropout' in _kernel_refusal(_decision(q, k, values, table, a, b, masked=causal,
+                                                      dropout=Dropout(0.1).train())[0])
+        assert _decision(q, k, values, table, a, b, masked=causal, dropout=Dropout(0.1).eval())[0].chosen == 'kernel'
+        # `impl='reference'` asks for the reference
+        choice, _ = _decision(q, k, values, table, a, b, masked=causal, plan=Plan.now(q.device, 'reference'))
+        assert choice.chosen == 'reference' and "impl='reference'" in _kernel_refusal(choice)
+    # with gradients too (the kernel has its backward pass), but not in a `disabled()` block
+    choice, window = _decision(q.requires_grad_(), k, values, table, a, b, masked=causal)
+    assert choice.chosen == 'kernel' and window == 8
     with native.disabled():
-        assert native.kernel_window(q, table, causal, 8, k, values, a, b) is None
+        assert 'disabled' in _kernel_refusal(_decision(q, k, values, table, a, b, masked=causal)[0])
 
 
 @pytest.mark.parametrize('overrides', [dict(attn_type=0), dict(attn_type=1), dict(attn_type=0, same_length=True),
                                        dict(attn_type=1, same_length=True, mem_len=3)],
                          ids=lambda c: '-'.join(f'{k}={v}' for k, v in c.items()))
-def test_model_evaluation_through_the_kernel_equals_the_plain_path(count_calls, overrides):
+def test_model_evaluation_through_the_kernel_equals_the_plain_path(overrides):
     """Both relative attention types in evaluation, with and without `same_length`: each layer's attention runs in
     the kernel, and losses and memories match the plain path over segments that carry memories."""
     config = small_config(**overrides)
     plain, fast = (model.eval() for model in plain_and_fast(**overrides))
-    calls = count_calls(native, ['causal_relative_attention'])
     data = torch.randint(40, (16, 3))
     plain_mems, fast_mems = [], []
+    plain_choices, fast_choices = [], []
     with torch.no_grad():
         for s in range(3):
             x, y = data[5 * s:5 * s + 5], data[5 * s + 1:5 * s + 6]
-            plain_loss, *plain_mems = plain(x, y, *plain_mems)
-            fast_loss, *fast_mems = fast(x, y, *fast_mems)
+            with dispatch.recording() as choices:
+                plain_loss, *plain_mems = plain(x, y, *plain_mems)
+            plain_choices += _attention_choices(choices)
+            with dispatch.recording() as choices:
+                fast_loss, *fast_mems = fast(x, y, *fast_mems)
+            fast_choices += _attention_choices(choices)
             torch.testing.assert_close(fast_loss, plain_loss, rtol=1e-5, atol=1e-5)
             for a, b in zip(fast_mems, plain_mems):
                 torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
-    assert calls['causal_relative_attention'] == 3 * config['n_layer']
+    assert [c.chosen for c in fast_choices] == ['kernel'] * (3 * config['n_layer'])
+    assert [c.chosen for c in plain_choices] == ['reference'] * (3 * config['n_layer'])
 
 
 @pytest.mark.parametrize('overrides', [dict(attn_type=0), dict(attn_type=1), dict(attn_type=0, same_length=True),
                                        dict(attn_type=1, same_length=True, mem_len=3)],
                          ids=lambda c: '-'.join(f'{k}={v}' for k, v in c.items()))
-def test_model_training_through_the_kernel_equals_the_plain_path(count_calls, overrides):
+def test_model_training_through_the_kernel_equals_the_plain_path(overrides):
     """Training steps (forward, backward, SGD) over segments that carry memories: each layer's attention runs in
     the kernel and its backward pass, and the losses, the gradients of every parameter and the weights after
     each step match the plain path."""
     config = small_config(**overrides)
     plain, fast = plain_and_fast(**overrides)
     optimizers = [torch.optim.SGD(model.parameters(), lr=0.1) for model in (plain, fast)]
-    calls = count_calls(native, ['causal_relative_attention'])
     data = torch.randint(40, (16, 3))
     plain_mems, fast_mems = [], []
+    fast_choices = []
     for s in range(3):
         x, y = data[5 * s:5 * s + 5], data[5 * s + 1:5 * s + 6]
         plain_loss, *plain_mems = plain(x, y, *plain_mems)
-        fast_loss, *fast_mems = fast(x, y, *fast_mems)
+        with dispatch.recording() as choices:
+            fast_loss, *fast_mems = fast(x, y, *fast_mems)
+        fast_choices += _attention_choices(choices)
         torch.testing.assert_close(fast_loss, plain_loss, rtol=1e-5, atol=1e-5)
         plain_loss.mean().backward()
         fast_loss.mean().backward()
@@ -361,24 +453,27 @@ def test_model_training_through_the_kernel_equals_the_plain_path(count_calls, ov
             optimizer.zero_grad()
         for a, b in zip(fast.parameters(), plain.parameters()):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
-    assert calls['causal_relative_attention'] == 3 * config['n_layer']
+    assert [c.chosen for c in fast_choices] == ['kernel'] * (3 * config['n_layer'])
 
 
-def test_disabled_block_runs_the_pytorch_path_and_ends_with_it(count_calls):
+def test_disabled_block_runs_the_pytorch_path_and_ends_with_it():
     q, k, values, table, _, b, _ = _inputs(2, 2, 5, 3, 8)
     causal = _original_mask(5, 3)
-    calls = count_calls(native, ['causal_relative_attention'])
     torch.manual_seed(0)
     model = MemTransformerLM(**small_config()).eval()
     data = torch.randint(40, (6, 2))
     with torch.no_grad():
         with native.disabled():
-            assert native.kernel_window(q, table, causal, 8, k, values, None, b) is None
-            without = model(data[:5], data[1:])[0]
-        assert calls == {}
-        assert native.kernel_window(q, table, causal, 8, k, values, None, b) == 8
-        torch.testing.assert_close(model(data[:5], data[1:])[0], without, rtol=1e-5, atol=1e-5)
-    assert calls['causal_relative_attention'] == small_config()['n_layer']
+            assert 'disabled' in _kernel_refusal(_decision(q, k, values, table, None, b, masked=causal)[0])
+            with dispatch.recording() as inside:
+                without = model(data[:5], data[1:])[0]
+        assert len(_attention_choices(inside)) == small_config()['n_layer']
+        for choice in _attention_choices(inside):
+            assert choice.chosen != 'kernel' and 'disabled' in _kernel_refusal(choice)
+        assert _decision(q, k, values, table, None, b, masked=causal) == (dispatch.Choice('attention', 'kernel'), 8)
+        with dispatch.recording() as after:
+            torch.testing.assert_close(model(data[:5], data[1:])[0], without, rtol=1e-5, atol=1e-5)
+    assert [c.chosen for c in _attention_choices(after)] == ['kernel'] * small_config()['n_layer']
 
 
 # -- where it cannot be built --
@@ -394,13 +489,12 @@ def test_disabled_kernels_leave_the_pytorch_path(monkeypatch, fresh_kernels):
     monkeypatch.setenv(build.DISABLE_VARIABLE, '0')
     q, k, values, table, _, b, _ = _inputs(2, 2, 5, 3, 8)
     with torch.no_grad():
-        assert native.kernel_window(q, table, _original_mask(5, 3), 8, k, values, None, b) is None
+        choice, window = _decision(q, k, values, table, None, b, masked=_original_mask(5, 3))
+    assert choice.chosen != 'kernel' and window == 8 and 'LABML_TXL_NATIVE=0' in _kernel_refusal(choice)
     assert build.load_kernel('causal_relative_attention') is None
 
 
 def test_a_failed_build_warns_with_the_compilers_error_and_falls_back(monkeypatch, fresh_kernels, tmp_path):
-    from torch.utils import cpp_extension
-
     monkeypatch.setenv('TORCH_EXTENSIONS_DIR', str(tmp_path))  # an empty cache: every kernel is compiled
 
     def failing_load(name, *args, **kwargs):
@@ -421,7 +515,13 @@ def test_a_failed_build_warns_with_the_compilers_error_and_falls_back(monkeypatc
     plain, fast = (model.eval() for model in plain_and_fast())
     data = torch.randint(40, (6, 2))
     with torch.no_grad(), pytest.warns(RuntimeWarning, match='could not build its residual_layer_norm kernel'):
-        torch.testing.assert_close(fast(data[:5], data[1:])[0], plain(data[:5], data[1:])[0], rtol=1e-5, atol=1e-5)
+        with dispatch.recording() as choices:
+            fast_loss = fast(data[:5], data[1:])[0]
+        torch.testing.assert_close(fast_loss, plain(data[:5], data[1:])[0], rtol=1e-5, atol=1e-5)
+    attention = _attention_choices(choices)
+    assert attention and all(c.chosen == 'sdpa' and 'could not be built' in _kernel_refusal(c) for c in attention)
+    norms = [c for c in choices if c.operation == 'residual layer norm']
+    assert norms and all(c.chosen == 'PyTorch' and 'could not be built' in dict(c.refused)['kernel'] for c in norms)
 
 
 def test_a_kernel_with_wrong_results_is_not_used(monkeypatch, fresh_kernels):
@@ -433,6 +533,22 @@ def test_a_kernel_with_wrong_results_is_not_used(monkeypatch, fresh_kernels):
     monkeypatch.setattr(build, '_loaded', {('causal_relative_attention',): WrongKernel()})
     with pytest.warns(RuntimeWarning, match='other results than PyTorch'):
         assert not native.attention.kernel_available()
+    _assert_the_dispatcher_does_not_use_the_kernel()
+
+
+def _assert_the_dispatcher_does_not_use_the_kernel():
+    """Where the kernel failed its first check, the dispatcher refuses it, with and without gradients, and what
+    runs instead gives the plain computation's numbers."""
+    q, k, values, table, a, b, c = _inputs(2, 2, 5, 3, 8)
+    causal = _original_mask(5, 3)
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad), dispatch.recording() as choices:
+            out, _ = dispatch.attend(Plan.now(q.device), q, k, values, scale=0.3, masked=causal,
+                                     terms=RelativeTerms(table, a, b, c))
+        (choice,) = choices
+        assert choice.chosen != 'kernel' and 'failed its first check' in _kernel_refusal(choice)
+        torch.testing.assert_close(out.double(), _plain_attention(q, k, values, table, a, b, c, 0.3).detach(),
+                                   rtol=1e-5, atol=1e-5)
 
 
 def test_a_kernel_with_wrong_gradients_is_not_used(monkeypatch, fresh_kernels):
@@ -452,3 +568,4 @@ def test_a_kernel_with_wrong_gradients_is_not_used(monkeypatch, fresh_kernels):
     monkeypatch.setattr(build, '_loaded', {('causal_relative_attention',): WrongBackward()})
     with pytest.warns(RuntimeWarning, match='causal relative attention \\(training\\) kernel gave other results'):
         assert not native.attention.kernel_available()
+    _assert_the_dispatcher_does_not_use_the_kernel()

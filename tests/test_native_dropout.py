@@ -7,7 +7,7 @@ gradient through `Dropout`, which runs the kernel on float32 CPU tensors.)
 import pytest
 import torch
 
-from labml_txl import native
+from labml_txl import dispatch, native
 from labml_txl.dropout import Dropout, relu_dropout_
 from labml_txl.native import dropout as native_dropout
 
@@ -57,10 +57,13 @@ def test_dropout_draws_its_mask_by_the_kernel_and_again_in_the_backward_pass(cou
     calls = count_calls(native_dropout, ['dropout', 'relu_dropout_', 'relu_dropout_backward'])
     x = torch.randn(64, 33, requires_grad=True)
     torch.manual_seed(0)
-    out = Dropout(0.3).train()(x)
+    with dispatch.recording() as choices:
+        out = Dropout(0.3).train()(x)
+    assert [c.chosen for c in choices] == ['kernel']
     grad = torch.randn_like(x)
     out.backward(grad)
-    # Forward and backward: the gradient passes exactly where the output kept the input, scaled alike
+    # Forward and backward (the kernel again, from the seed: no mask kept): the gradient passes exactly where the
+    # output kept the input, scaled alike
     assert calls == {'dropout': 2}
     kept = out != 0
     scale = out[kept] / x.detach()[kept]
@@ -77,14 +80,18 @@ def test_where_the_kernel_does_not_serve_pytorch_draws_the_mask(count_calls):
     x = torch.ones(4096)
     drop = Dropout(0.5).train()
     torch.manual_seed(1)
-    by_kernel = drop(x)
-    with native.disabled():
-        torch.manual_seed(1)
-        by_pytorch = drop(x)
-        assert not native_dropout.serves(x)
+    with dispatch.recording() as choices:
+        by_kernel = drop(x)
+        with native.disabled():
+            torch.manual_seed(1)
+            by_pytorch = drop(x)
     assert calls == {'dropout': 1}
-    assert not native_dropout.serves(x.double())
-    assert drop(x.double()).dtype == torch.float64 and calls == {'dropout': 1}
+    with dispatch.recording() as float64_choices:
+        assert drop(x.double()).dtype == torch.float64 and calls == {'dropout': 1}
+    by_kernel_choice, disabled_choice, float64_choice = choices + float64_choices
+    assert by_kernel_choice == dispatch.Choice('dropout', 'kernel')
+    assert disabled_choice.chosen == '16-bit' and 'disabled' in dict(disabled_choice.refused)['kernel']
+    assert float64_choice.chosen == '16-bit' and 'float32' in dict(float64_choice.refused)['kernel']
     assert not torch.equal(by_kernel, by_pytorch)
     # Both drop about half
     for out in (by_kernel, by_pytorch):

@@ -1,13 +1,15 @@
 """
 The residual connection and its layer normalisation in one pass (`labml_txl/native/layer_norm.py`)
-against PyTorch's `layer_norm(residual + x)`, where it runs and where it does not.
+against PyTorch's `layer_norm(residual + x)`, where the dispatcher (`dispatch.residual_layer_norm`) runs it and where
+it does not, with its reasons.
 """
 import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from labml_txl import native
+from labml_txl import dispatch, native
+from labml_txl.dispatch import Plan
 from labml_txl.native import layer_norm as module_under_test
 
 from xl.helpers import plain_and_fast, small_config
@@ -44,6 +46,15 @@ def kernel_calls(monkeypatch):
     return calls
 
 
+def _residual_layer_norm(residual, x, layer_norm, impl='auto'):
+    """`dispatch.residual_layer_norm` in the caller's state, with the `Choice` it records."""
+    with dispatch.recording() as choices:
+        out = dispatch.residual_layer_norm(Plan.now(x.device, impl), residual, x, layer_norm)
+    (choice,) = choices
+    assert choice.operation == 'residual layer norm'
+    return out, choice
+
+
 # rows of features: the benchmark's, a single row, a short odd row, one feature
 @pytest.mark.parametrize('shape', [(128, 8, 256), (1, 1, 64), (7, 3, 17), (5, 1)], ids=str)
 @pytest.mark.parametrize('eps', [1e-5, 1e-3])
@@ -54,11 +65,14 @@ def test_kernel_equals_pytorchs_two_passes(kernel_calls, shape, eps):
     residual = torch.randn(*shape, generator=generator)
     layer_norm = _layer_norm(shape[-1], eps=eps)
     with torch.no_grad():
-        out = native.residual_layer_norm(residual, x, layer_norm)
+        out, choice = _residual_layer_norm(residual, x, layer_norm)
+        assert choice == dispatch.Choice('residual layer norm', 'kernel')
+        # (the kernel called directly: the same numbers)
+        assert torch.equal(module_under_test.residual_layer_norm(residual, x, layer_norm), out)
         expected = F.layer_norm((residual + x).double(), (shape[-1],), layer_norm.weight.double(),
                                 layer_norm.bias.double(), eps)
         pytorch = layer_norm(residual + x)
-    assert kernel_calls == [shape]
+    assert kernel_calls == [shape, shape]
     assert out.dtype == torch.float32
     # As close to the exact normalisation as PyTorch's float32 `LayerNorm` is (the offset makes float32's
     # rounding of the sum show): within twice its largest error
@@ -69,22 +83,31 @@ def test_kernel_equals_pytorchs_two_passes(kernel_calls, shape, eps):
 def test_pytorchs_passes_run_where_the_kernel_does_not_serve(kernel_calls):
     x, residual = torch.randn(4, 3, 8), torch.randn(4, 3, 8)
     layer_norm = _layer_norm(8)
+
+    def refused(out, choice, because, expected):
+        assert choice.chosen == 'PyTorch' and because in dict(choice.refused)['kernel'], choice
+        assert torch.equal(out, expected)
+
     # With gradients: autograd's path, and a gradient comes back
     x.requires_grad_(True)
-    out = native.residual_layer_norm(residual, x, layer_norm)
+    out, choice = _residual_layer_norm(residual, x, layer_norm)
+    refused(out, choice, 'gradients', layer_norm(residual + x))
     out.sum().backward()
     assert x.grad is not None
     with torch.no_grad():
-        # float64, a view that is not contiguous, autocast, kernels disabled
-        assert torch.equal(native.residual_layer_norm(residual.double(), x.double(), layer_norm.double()),
-                           layer_norm(residual.double() + x.double()))
+        # float64, a view that is not contiguous, autocast, kernels disabled, impl='reference'
+        refused(*_residual_layer_norm(residual.double(), x.double(), layer_norm.double()), 'float32',
+                layer_norm(residual.double() + x.double()))
         layer_norm.float()
         strided = x.transpose(0, 1).contiguous().transpose(0, 1)
-        assert torch.equal(native.residual_layer_norm(residual, strided, layer_norm), layer_norm(residual + strided))
+        refused(*_residual_layer_norm(residual, strided, layer_norm), 'contiguous', layer_norm(residual + strided))
         with torch.autocast('cpu', dtype=torch.bfloat16):
-            native.residual_layer_norm(residual, x, layer_norm)
+            out, choice = _residual_layer_norm(residual, x, layer_norm)
+            refused(out, choice, 'autocast', layer_norm(residual + x))
         with native.disabled():
-            assert torch.equal(native.residual_layer_norm(residual, x, layer_norm), layer_norm(residual + x))
+            refused(*_residual_layer_norm(residual, x, layer_norm), 'disabled', layer_norm(residual + x))
+        refused(*_residual_layer_norm(residual, x, layer_norm, impl='reference'), "impl='reference'",
+                layer_norm(residual + x))
     assert kernel_calls == []
 
 
@@ -95,5 +118,15 @@ def test_model_evaluation_normalises_each_residual_in_one_pass(kernel_calls, att
     plain, fast = (model.eval() for model in plain_and_fast(attn_type=attn_type))
     data = torch.randint(40, (6, 3))
     with torch.no_grad():
-        torch.testing.assert_close(fast(data[:5], data[1:])[0], plain(data[:5], data[1:])[0], rtol=1e-5, atol=1e-5)
+        with dispatch.recording() as plain_choices:
+            plain_loss = plain(data[:5], data[1:])[0]
+        with dispatch.recording() as fast_choices:
+            fast_loss = fast(data[:5], data[1:])[0]
+        torch.testing.assert_close(fast_loss, plain_loss, rtol=1e-5, atol=1e-5)
     assert len(kernel_calls) == 2 * config['n_layer']
+
+    def norms(choices):
+        return [c.chosen for c in choices if c.operation == 'residual layer norm']
+
+    assert norms(fast_choices) == ['kernel'] * (2 * config['n_layer'])
+    assert norms(plain_choices) == ['PyTorch'] * (2 * config['n_layer'])

@@ -19,6 +19,8 @@ def test_every_constructor_keyword_is_a_config_item():
     keywords = set(inspect.signature(MemTransformerLM.__init__).parameters) - {'self'}
     # A float64 compatibility switch for the reference tests, not a modelling choice
     keywords.discard('round_scores_to_float32')
+    # How to compute (the dispatcher's choice or the reference), not what: configs do not carry it
+    keywords.discard('impl')
     items = set(TransformerXLConfigs()._Configs__types)
     assert keywords - items == set()
 
@@ -31,6 +33,7 @@ def test_model_is_built_on_first_use_from_the_items(labml_experiment):
     assert conf._to_json()['model']['order'] == -1, 'not built before it is used'
     model = conf.model
     assert isinstance(model, MemTransformerLM) and model.attn_type == 1 and len(model.layers) == 2
+    assert model.impl == 'auto'
     # tie_projs 'all_but_first' with div_val 2: the tail's output projection is the embedding's
     assert model.crit.out_projs[1] is model.word_emb.emb_projs[1]
     data = torch.randint(50, (6, 3))

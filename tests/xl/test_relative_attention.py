@@ -1,6 +1,7 @@
 """
-The shared relative-attention math (`labml_txl.relative_attention`) and `RelativeMultiHeadAttention`,
-against index-based and naive per-pair computations.
+The shared relative-attention math (`labml_txl.relative_attention`) and `RelativeMultiHeadAttention` (each
+implementation the dispatcher runs it by, and `impl='reference'`), against index-based and naive per-pair
+computations.
 """
 import math
 
@@ -8,9 +9,11 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+from labml_txl import dispatch
 from labml_txl.attention_mask import subsequent_mask
-from labml_txl.relative_attention import (masked_softmax, relative_attention_scores, relative_distances,
-                                          relative_shift)
+from labml_txl.mha import MultiHeadAttention
+from labml_txl.positional_encoding import relative_distances
+from labml_txl.relative_attention import masked_softmax, relative_attention_scores, relative_shift
 from labml_txl.relative_mha import RelativeMultiHeadAttention
 
 
@@ -118,9 +121,9 @@ def naive_relative_mha(mha: RelativeMultiHeadAttention, query, key, value, allow
     return out
 
 
-def _mha(d_model=8, heads=2, seed=3):
+def _mha(d_model=8, heads=2, seed=3, impl='auto'):
     torch.manual_seed(seed)
-    mha = RelativeMultiHeadAttention(heads, d_model, dropout_prob=0.0).double().eval()
+    mha = RelativeMultiHeadAttention(heads, d_model, dropout_prob=0.0, impl=impl).double().eval()
     with torch.no_grad():
         mha.r_w_bias.normal_()
         mha.r_r_bias.normal_()
@@ -129,6 +132,17 @@ def _mha(d_model=8, heads=2, seed=3):
     return mha
 
 
+def _attention_paths(choices):
+    return [c.chosen for c in choices if c.operation == 'attention']
+
+
+# The implementation of each impl in float64: with gradients recorded the composite (SDPA would need a bias with a
+# gradient), without them SDPA; the reference with impl='reference'
+PATHS = {('auto', True): 'composite', ('auto', False): 'sdpa', ('reference', True): 'reference',
+         ('reference', False): 'reference'}
+
+
+@pytest.mark.parametrize('impl,grad', PATHS, ids=[f'{impl}-{"grad" if grad else "no-grad"}' for impl, grad in PATHS])
 @pytest.mark.parametrize('seq_q,seq_k,mask_kind', [
     (4, 4, None),            # unmasked encoder self-attention: keys after the query are scored too
     (3, 6, None),            # with memory: queries are the last 3 of 6 positions
@@ -137,8 +151,8 @@ def _mha(d_model=8, heads=2, seed=3):
     (3, 5, 'batch'),         # a [seq_q, seq_k, batch] mask
     (5, 2, None),            # fewer keys than queries
 ])
-def test_relative_mha_matches_naive_double_loop(seq_q, seq_k, mask_kind):
-    mha = _mha()
+def test_relative_mha_matches_naive_double_loop(seq_q, seq_k, mask_kind, impl, grad):
+    mha = _mha(impl=impl)
     bsz = 2
     torch.manual_seed(4)
     query = torch.randn(seq_q, bsz, 8, dtype=torch.float64)
@@ -154,24 +168,75 @@ def test_relative_mha_matches_naive_double_loop(seq_q, seq_k, mask_kind):
     else:
         mask = torch.rand(seq_q, seq_k, bsz, generator=torch.Generator().manual_seed(5)) > 0.4
         mask[:, 0, :] = True
-    ours = mha(query=query, key=key, value=value, mask=mask)
-    expected = naive_relative_mha(mha, query, key, value, mask)
+    with torch.set_grad_enabled(grad), dispatch.recording() as choices:
+        ours = mha(query=query, key=key, value=value, mask=mask)
+    assert _attention_paths(choices) == [PATHS[impl, grad]]
+    with torch.no_grad():
+        expected = naive_relative_mha(mha, query, key, value, mask)
     torch.testing.assert_close(ours, expected, atol=1e-10, rtol=0)
 
 
-def test_relative_mha_float32_matches_naive():
+@pytest.mark.parametrize('mask_kind', [None, 'causal'])
+def test_relative_mha_float32_matches_naive(mask_kind):
+    """float32 without gradients: SDPA, and under a decoder's causal mask our kernel (the module's table of
+    `seq_k + seq_q - 1` distances has every entry the kernel reads)."""
     mha = _mha()
     torch.manual_seed(6)
     x = torch.randn(4, 2, 8, dtype=torch.float64)
-    expected = naive_relative_mha(mha, x, x, x, None)
-    ours = mha.float()(query=x.float(), key=x.float(), value=x.float())
+    mask = None if mask_kind is None else subsequent_mask(4)
+    expected = naive_relative_mha(mha, x, x, x, mask)
+    with torch.no_grad(), dispatch.recording() as choices:
+        ours = mha.float()(query=x.float(), key=x.float(), value=x.float(), mask=mask)
+    assert _attention_paths(choices) == ['sdpa' if mask is None else 'kernel']
     torch.testing.assert_close(ours, expected.float(), atol=1e-5, rtol=0)
 
 
-def test_relative_mha_weights_and_drop_in_interface():
-    mha = _mha()
+def test_relative_mha_gradients_are_the_references():
+    """Training through the kernel (causal mask, float32) and through the composite (no mask): the gradients of
+    every parameter equal those of `impl='reference'` with the same weights."""
+    torch.manual_seed(9)
+    x = torch.randn(6, 2, 8)
+    for mask, path in ((subsequent_mask(6), 'kernel'), (None, 'composite')):
+        grads = {}
+        for impl in ('auto', 'reference'):
+            mha = _mha(impl=impl).float()
+            with dispatch.recording() as choices:
+                mha(query=x, key=x, value=x, mask=mask).square().sum().backward()
+            assert _attention_paths(choices) == [path if impl == 'auto' else 'reference']
+            grads[impl] = {name: p.grad for name, p in mha.named_parameters()}
+        assert grads['auto'].keys() == grads['reference'].keys()
+        for name, grad in grads['auto'].items():
+            torch.testing.assert_close(grad, grads['reference'][name], rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_a_subclass_with_its_own_scores_runs_the_reference_with_them():
+    """labml_nn's hook: a `get_scores` of a subclass's own is what the scores are, on the reference path."""
+    class Doubled(MultiHeadAttention):
+        def get_scores(self, query, key):
+            return 2 * super().get_scores(query, key)
+
+    torch.manual_seed(10)
+    doubled, plain = Doubled(2, 8, dropout_prob=0.0).eval(), MultiHeadAttention(2, 8, dropout_prob=0.0).eval()
+    plain.load_state_dict(doubled.state_dict())
+    # Doubling the scores is halving the temperature
+    plain.scale = 2 * plain.scale
+    x = torch.randn(5, 2, 8)
+    with torch.no_grad(), dispatch.recording() as choices:
+        ours = doubled(query=x, key=x, value=x, mask=subsequent_mask(5))
+        expected = plain(query=x, key=x, value=x, mask=subsequent_mask(5))
+    (own, _) = [c for c in choices if c.operation == 'attention']
+    assert own.chosen == 'reference' and 'get_scores' in dict(own.refused)['composite']
+    torch.testing.assert_close(ours, expected, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize('impl', ['auto', 'reference'])
+def test_relative_mha_weights_and_drop_in_interface(impl):
+    mha = _mha(impl=impl)
     x = torch.randn(5, 3, 8, dtype=torch.float64)
-    out, weights = mha(query=x, key=x, value=x, mask=subsequent_mask(5), need_weights=True)
+    with dispatch.recording() as choices:
+        out, weights = mha(query=x, key=x, value=x, mask=subsequent_mask(5), need_weights=True)
+    assert _attention_paths(choices) == ['composite' if impl == 'auto' else 'reference']
+    torch.testing.assert_close(out, naive_relative_mha(mha, x, x, x, subsequent_mask(5)), atol=1e-10, rtol=0)
     assert out.shape == (5, 3, 8) and weights.shape == (5, 5, 3, 2)
     torch.testing.assert_close(weights.sum(1), torch.ones(5, 3, 2, dtype=torch.float64))
     # causal: no weight on the future
@@ -180,15 +245,15 @@ def test_relative_mha_weights_and_drop_in_interface():
 
 def test_relative_mha_is_the_configs_drop_in():
     """Same constructor and forward keywords as MultiHeadAttention; same output shape for the same call."""
-    from labml_txl.mha import MultiHeadAttention
     x = torch.randn(4, 2, 8)
     for cls in (MultiHeadAttention, RelativeMultiHeadAttention):
         m = cls(heads=2, d_model=8, dropout_prob=0.1, bias=True)
         assert m(query=x, key=x, value=x, mask=subsequent_mask(4)).shape == (4, 2, 8)
 
 
-def test_fully_masked_row_is_finite():
-    mha = _mha()
+@pytest.mark.parametrize('impl', ['auto', 'reference'])
+def test_fully_masked_row_is_finite(impl):
+    mha = _mha(impl=impl)
     x = torch.randn(3, 2, 8, dtype=torch.float64)
     mask = torch.ones(3, 3, 2, dtype=torch.bool)
     mask[1, :, 0] = False                     # query 1 of sequence 0 may attend to nothing
@@ -196,30 +261,48 @@ def test_fully_masked_row_is_finite():
     assert torch.isfinite(out).all()
     assert (weights[1, :, 0] == 0).all()      # attends to nothing ...
     torch.testing.assert_close(out[1, 0], mha.output.bias)   # ... so only the output bias is left
+    # Without the weights, where SDPA would serve but for that row: the composite, the same numbers
+    with torch.no_grad(), dispatch.recording() as choices:
+        fused = mha(query=x, key=x, value=x, mask=mask)
+    (choice,) = [c for c in choices if c.operation == 'attention']
+    if impl == 'auto':
+        assert choice.chosen == 'composite' and 'every key masked' in dict(choice.refused)['sdpa']
+    torch.testing.assert_close(fused, out.detach(), atol=1e-12, rtol=0)
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
         scores = torch.randn(3, 4, 2, 2).to(dtype)
         masked = torch.zeros(3, 4, 2, dtype=torch.bool)
         masked[0] = True
-        probs = masked_softmax(scores, masked)
+        probs = masked_softmax(scores, masked[..., None])
         assert probs.dtype == dtype and torch.isfinite(probs).all()
         assert (probs[0] == 0).all()
         torch.testing.assert_close(probs[1:].float().sum(1), torch.ones(2, 2, 2), atol=1e-2, rtol=0)
 
 
 def test_masked_softmax_without_the_second_fill_is_the_originals_fill_and_softmax():
-    """`zero_masked_rows=False` (the decoder's masks, which leave every query a key): the original's masked fill
-    and softmax, the same numbers as with the second fill; only a fully masked row tells the two apart."""
+    """`rows_may_be_empty=False` (the decoder's masks, which leave every query a key): the original's masked fill
+    and softmax, the same numbers as with the second fill; only a fully masked row tells the two apart. Over the
+    last axis (`dim=-1`, head-major scores) alike."""
     torch.manual_seed(8)
     scores = torch.randn(5, 7, 2, 3)
-    causal = torch.ones(5, 7, dtype=torch.bool).triu_(3)[:, :, None]
-    original = F.softmax(scores.masked_fill(causal[..., None], -float('inf')), dim=1)
-    assert torch.equal(masked_softmax(scores, causal, zero_masked_rows=False), original)
+    causal = torch.ones(5, 7, dtype=torch.bool).triu_(3)[:, :, None, None]
+    original = F.softmax(scores.masked_fill(causal, -float('inf')), dim=1)
+    assert torch.equal(masked_softmax(scores, causal, rows_may_be_empty=False), original)
     assert torch.equal(masked_softmax(scores, causal), original)
-    everything = torch.ones(5, 7, 1, dtype=torch.bool)
+    everything = torch.ones(5, 7, 1, 1, dtype=torch.bool)
     assert (masked_softmax(scores, everything) == 0).all()
     # Without the fill a fully masked row spreads its weight evenly (finite, no NaN)
-    torch.testing.assert_close(masked_softmax(scores, everything, zero_masked_rows=False),
+    torch.testing.assert_close(masked_softmax(scores, everything, rows_may_be_empty=False),
                                torch.full_like(scores, 1 / 7))
+    # Head-major `[batch, heads, qlen, klen]`, the mask `[qlen, klen]`; in place on a copy, the same weights
+    heads = scores.permute(2, 3, 0, 1).contiguous()
+    causal_2d = causal[:, :, 0, 0]
+    expected = original.permute(2, 3, 0, 1)
+    # (to float rounding: the sums run along another axis of memory)
+    torch.testing.assert_close(masked_softmax(heads, causal_2d, dim=-1), expected, rtol=1e-6, atol=1e-7)
+    copy = heads.clone()
+    torch.testing.assert_close(masked_softmax(copy, causal_2d, dim=-1, inplace=True), expected, rtol=1e-6,
+                               atol=1e-7)
+    assert not torch.equal(copy, heads)
 
 
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
@@ -227,16 +310,17 @@ def test_masked_softmax_half_precision_large_scores(dtype):
     """Scores near the dtype's limits with a causal mask: no overflow, no NaN, masked keys get zero."""
     big = torch.finfo(dtype).max / 2
     scores = torch.tensor([[big, -big, big / 4], [big, big, 0.0]], dtype=dtype)[:, :, None, None]
-    masked = torch.tensor([[False, True, True], [False, False, True]])
+    masked = torch.tensor([[False, True, True], [False, False, True]])[:, :, None, None]
     probs = masked_softmax(scores, masked)
     assert torch.isfinite(probs).all()
     assert probs[0, 0].item() == 1 and probs[0, 1:].eq(0).all() and probs[1, 2].item() == 0
     torch.testing.assert_close(probs[1, :2].float().flatten(), torch.tensor([0.5, 0.5]))
 
 
-def test_relative_mha_bf16_forward_is_finite():
+@pytest.mark.parametrize('impl', ['auto', 'reference'])
+def test_relative_mha_bf16_forward_is_finite(impl):
     torch.manual_seed(7)
-    mha = RelativeMultiHeadAttention(4, 32, dropout_prob=0.0).to(torch.bfloat16)
+    mha = RelativeMultiHeadAttention(4, 32, dropout_prob=0.0, impl=impl).to(torch.bfloat16)
     x = (torch.randn(16, 2, 32) * 30).to(torch.bfloat16)
     out = mha(query=x, key=x, value=x, mask=subsequent_mask(16))
     assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
