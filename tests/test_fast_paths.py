@@ -158,7 +158,7 @@ def test_composite_is_chosen_in_float64_with_gradients_for_the_reasons_given():
     assert choice.operation == 'attention' and choice.chosen == 'composite'
     reasons = _refusals(choice)
     assert list(reasons) == ['kernel', 'sdpa']
-    assert 'torch.float64 inputs' in reasons['kernel'] and 'gradients are recorded' in reasons['sdpa']
+    assert 'an input is torch.float64' in reasons['kernel'] and 'gradients are recorded' in reasons['sdpa']
 
 
 def test_composite_attention_under_bf16_autocast_equals_the_reference():
@@ -272,7 +272,7 @@ def test_kernel_serves_only_a_decoder_window_mask_in_float32():
         'no mask': (dict(masked=None), 'sdpa', {'kernel': "the mask is not a decoder's"}),
         'per-batch mask': (dict(masked=causal[:, :, None].expand(qlen, klen, 2)), 'sdpa',
                            {'kernel': "the mask is not a decoder's"}),
-        'float64': (dict(masked=causal, dtype=torch.float64), 'sdpa', {'kernel': 'torch.float64 inputs'}),
+        'float64': (dict(masked=causal, dtype=torch.float64), 'sdpa', {'kernel': 'an input is torch.float64'}),
         'bf16 autocast': (dict(masked=causal, autocast=True), 'sdpa', {'kernel': 'under autocast'}),
         'short table': (dict(masked=causal, rlen=klen - 1), 'sdpa', {'kernel': 'a table of 6 entries for 7 keys'}),
         'a fully masked row': (dict(masked=_first_row_masked(causal.clone())), 'composite',
