@@ -70,13 +70,15 @@ class Plan:
     @property
     def keeps_caches(self) -> bool:
         """Whether values derived from parameters (kept keys and values, projected tables) may be kept across calls:
-        without gradients (nothing to differentiate through them) and outside `torch.compile` (it folds them)."""
-        return not self.grad and not self.compiling
+        without gradients (nothing to differentiate through them), outside `torch.compile` (it folds them), and not
+        for the reference (the original recomputes them)."""
+        return self.keeps_shapes and not self.grad
 
     @property
     def keeps_shapes(self) -> bool:
-        """Whether values that depend only on shapes (positions, masks) may be kept: outside `torch.compile`."""
-        return not self.compiling
+        """Whether values that depend only on shapes (positions, masks) may be kept: outside `torch.compile`, and not
+        for the reference."""
+        return self.impl == 'auto' and not self.compiling
 
 
 @dataclass(frozen=True)

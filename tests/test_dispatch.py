@@ -328,7 +328,11 @@ def test_plan_takes_the_state_of_the_call():
     with torch.autocast('cpu', dtype=torch.bfloat16):
         plan = Plan.now(torch.device('cpu'), 'reference')
     assert plan.impl == 'reference' and plan.grad and plan.autocast == torch.bfloat16
-    assert not plan.keeps_caches and plan.keeps_shapes
+    assert not plan.keeps_caches and not plan.keeps_shapes
+    # The reference keeps nothing across calls, as the original, with or without gradients
+    with torch.no_grad():
+        plan = Plan.now(torch.device('cpu'), 'reference')
+    assert not plan.keeps_caches and not plan.keeps_shapes
     compiling = Plan('auto', 'cpu', grad=False, autocast=None, compiling=True)
     assert not compiling.keeps_caches and not compiling.keeps_shapes
 

@@ -85,8 +85,15 @@ class XLAttentionBase(nn.Module):
                  mems_kv: Optional[torch.Tensor]) -> Tuple[torch.Tensor, KeysValues]:
         """Head-major queries of the segment `[bsz, n_head, qlen, d_head]` and the keys and values of memory and
         segment (views of their projections): $[W_q; W_k; W_v] w$ of the segment and $[W_k; W_v] m$ of the memory,
-        unless `mems_kv` holds those already."""
+        unless `mems_kv` holds those already. The reference projects as the original: $[W_q; W_k; W_v]$ of
+        `[memory, segment]`, the memory's queries dropped."""
         hd = self.n_head * self.d_head
+        if plan.impl == 'reference' and mems is not None and mems.shape[0] > 0:
+            mlen, cat = mems.shape[0], torch.cat([mems, w], 0)
+            q, kv = dispatch.linear(plan, self.layer_norm(cat) if self.pre_lnorm else cat, qkv_weight).split(
+                [hd, 2 * hd], dim=-1)
+            kv = self._kv_heads(kv)
+            return split_heads(q[mlen:], self.n_head), KeysValues(kv[:, :, :, :mlen], kv[:, :, :, mlen:])
         qkv = dispatch.linear(plan, self.layer_norm(w) if self.pre_lnorm else w, qkv_weight)
         # (`split` rather than slices: its backward pass concatenates, with no zero-filled gradient)
         q, kv = qkv.split([hd, 2 * hd], dim=-1)
