@@ -7,9 +7,14 @@ values are `[batch, heads, seq, d_head]`, so every score and value product is on
 the last, contiguous axis. Autograd differentiates it as it stands. `dispatch.py` decides when it runs and tests it
 against the reference.
 """
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .attention_mask import heads_mask
+from .relative_attention import RelativeTerms, masked_softmax
 
 
 def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -99,3 +104,46 @@ def relative_scores(q: torch.Tensor, k: torch.Tensor, table: torch.Tensor, conte
                           k.reshape(batch * heads, klen, d_head).transpose(1, 2), alpha=scale)
     return score.view(batch, heads, qlen, klen)
 
+
+def sdpa_attention(q: torch.Tensor, k: torch.Tensor, values: torch.Tensor, scale: float,
+                   masked: Optional[torch.Tensor], terms: Optional[RelativeTerms]) -> torch.Tensor:
+    r"""
+    $\sum_j \mathop{softmax}_j(\mathit{scale} \cdot A_{i,j})\, v_j$ by `scaled_dot_product_attention`: on $(Q + u, K,
+    V)$ with the position terms $\mathit{scale} \cdot \mathop{shift}((Q + v) R^\top + b)$ as its additive bias
+    ($-\infty$ where masked), or with the boolean mask alone without `terms`. No row may be fully masked.
+
+    Shape:
+        `q`, `k`, `values` `[batch, heads, len, d_head]`; `masked` True where masked, `[qlen, klen]` or
+        `[qlen or 1, klen, batch or 1]`. Returns `[qlen, batch, heads * d_head]`.
+    """
+    masked = heads_mask(masked)
+    if terms is None:
+        bias = None if masked is None else ~masked
+    else:
+        bias = position_terms(q, terms.table, terms.position_bias, terms.entry_bias, k.shape[-2], scale)
+        # (`where` reads the view and the mask once; `masked_fill` would copy the view first)
+        bias = (bias.contiguous() if masked is None else torch.where(masked, float('-inf'), bias)).to(q.dtype)
+        q = q if terms.content_bias is None else q + terms.content_bias[:, None]
+    return merge_heads(F.scaled_dot_product_attention(q, k, values, attn_mask=bias, scale=scale))
+
+
+def composite_attention(q: torch.Tensor, k: torch.Tensor, values: torch.Tensor, scale: float,
+                        masked: Optional[torch.Tensor], terms: Optional[RelativeTerms],
+                        dropout: Optional[nn.Module], rows_may_be_empty: bool = True
+                        ) -> Tuple[torch.Tensor, torch.Tensor]:
+    r"""
+    $\sum_j \mathop{softmax}_j(\mathit{scale} \cdot A_{i,j})\, v_j$ head-major: the scaled scores ($q_i^\top k_j$, plus
+    the relative terms with `terms`), the masked softmax in place over the last axis, `dropout` on the weights.
+
+    Shape:
+        as `sdpa_attention`; returns `[qlen, batch, heads * d_head]` and the weights `[batch, heads, qlen, klen]`.
+    """
+    q = q.contiguous()
+    if terms is None:
+        scores = torch.matmul(q, k.transpose(-1, -2)).mul_(scale)
+    else:
+        scores = relative_scores(q, k, terms.table, terms.content_bias, terms.position_bias, terms.entry_bias, scale)
+    weights = masked_softmax(scores, heads_mask(masked), dim=-1, inplace=True, rows_may_be_empty=rows_may_be_empty)
+    if dropout is not None:
+        weights = dropout(weights)
+    return merge_heads(torch.matmul(weights, values)), weights

@@ -33,13 +33,13 @@ from torch import nn
 from torch.nn import functional as F
 
 from . import prepacked_linear
-from .attention_heads import merge_heads, position_terms, relative_scores
+from .attention_heads import composite_attention, sdpa_attention
 from .attention_mask import decoder_key_window, heads_mask
 from .native import attention as native_attention
 from .native import dropout as native_dropout
 from .native import layer_norm as native_layer_norm
 from .native.build import native_kernels_enabled
-from .relative_attention import attention, dot_product_scores, masked_softmax, relative_attention_scores
+from .relative_attention import RelativeTerms, attention, dot_product_scores, relative_attention_scores
 
 IMPLS = ('auto', 'reference')
 
@@ -128,25 +128,6 @@ def _decide(operation: str, candidates: List[Tuple[str, Optional[str]]]) -> str:
 
 
 # -- attention --
-
-@dataclass(frozen=True)
-class RelativeTerms:
-    r"""
-    The position terms of relative attention, $(q_i + v)^\top r_s + b_s$ at table entry $s = j + q - 1 - i$
-    (`relative_attention.py`), and the content bias $u$ of $(q_i + u)^\top k_j$.
-
-    Shape:
-        `table` `[heads, rlen, d_head]` (entry $s$ the distance `klen - 1 - s`; `rlen >= klen`), `content_bias`
-        ($u$) and `position_bias` ($v$) `[heads, d_head]` or None, `entry_bias` ($b$) `[heads, rlen]` or None.
-    """
-    table: torch.Tensor
-    content_bias: Optional[torch.Tensor] = None
-    position_bias: Optional[torch.Tensor] = None
-    entry_bias: Optional[torch.Tensor] = None
-
-    def tensors(self) -> List[torch.Tensor]:
-        return [t for t in (self.table, self.content_bias, self.position_bias, self.entry_bias) if t is not None]
-
 
 ScoreHook = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -269,28 +250,10 @@ def attend(plan: Plan, q: torch.Tensor, k: torch.Tensor, values: torch.Tensor, *
     if chosen == 'reference':
         return _reference(q, k, values, scale, masked, terms, get_scores, dropout, need_weights,
                           round_scores_to_float32, rows_may_be_empty=window is None)
-    q = q.contiguous()
-    masked = heads_mask(masked)
     if chosen == 'sdpa':
-        if terms is None:
-            bias = None if masked is None else ~masked
-        else:
-            # $\mathit{scale} \cdot ((b) + (d))$ as the bias, $-\infty$ where masked; $(q + u)$ for the content term
-            bias = position_terms(q, terms.table, terms.position_bias, terms.entry_bias, klen, scale)
-            bias = bias.contiguous() if masked is None else torch.where(masked, float('-inf'), bias)
-            bias = bias.to(q.dtype)
-            q = q if terms.content_bias is None else q + terms.content_bias[:, None]
-        return merge_heads(F.scaled_dot_product_attention(q, k, values, attn_mask=bias, scale=scale)), None
-    # The composite: $\mathit{scale} \cdot A$ head-major, the masked softmax in place, dropout, $\cdot V$
-    if terms is None:
-        scores = torch.matmul(q, k.transpose(-1, -2)).mul_(scale)
-    else:
-        scores = relative_scores(q, k, terms.table, terms.content_bias, terms.position_bias, terms.entry_bias, scale)
-    # (a decoder's window mask leaves every query a key: no second fill for empty rows)
-    weights = masked_softmax(scores, masked, dim=-1, inplace=True, rows_may_be_empty=window is None)
-    if dropout is not None:
-        weights = dropout(weights)
-    out = merge_heads(torch.matmul(weights, values))
+        return sdpa_attention(q, k, values, scale, masked, terms), None
+    out, weights = composite_attention(q, k, values, scale, masked, terms, dropout,
+                                       rows_may_be_empty=window is None)
     return out, (weights.permute(2, 3, 0, 1) if need_weights else None)
 
 

@@ -22,10 +22,10 @@ from torch import nn
 from . import dispatch
 from .attention_heads import split_heads
 from .attention_mask import check_mask, masked_keys
-from .dispatch import Plan, RelativeTerms, check_impl
+from .dispatch import Plan, check_impl
 from .dropout import Dropout
 from .errors import require_bool, require_positive_int, require_probability
-from .relative_attention import dot_product_scores
+from .relative_attention import RelativeTerms, dot_product_scores
 
 
 def check_heads(heads: int, d_model: int) -> int:

@@ -40,7 +40,8 @@ entries further along.
 * **Encoder** (`L = k + q - 1`, distances $k - 1, \dots, -(q - 1)$): every key of every query is exact, so
   nothing has to be masked; keep the first $k$ columns.
 """
-from typing import Callable, Optional, Tuple
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Tuple
 
 import torch
 from torch.nn import functional as F
@@ -127,6 +128,26 @@ def relative_attention_scores(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor,
         # A longer table (an encoder's): the first `klen` columns are the keys
         bd = bd[:, :klen]
     return ac + bd
+
+
+@dataclass(frozen=True)
+class RelativeTerms:
+    r"""
+    What the faster implementations (`dispatch.py`) take for these scores: the position terms $(q_i + v)^\top r_s +
+    b_s$ at table entry $s = j + q - 1 - i$ and the content bias $u$ of $(q_i + u)^\top k_j$, in the head-major
+    layout of those implementations.
+
+    Shape:
+        `table` `[heads, rlen, d_head]` (entry $s$ the distance `klen - 1 - s`; `rlen >= klen`), `content_bias`
+        ($u$) and `position_bias` ($v$) `[heads, d_head]` or None, `entry_bias` ($b$) `[heads, rlen]` or None.
+    """
+    table: torch.Tensor
+    content_bias: Optional[torch.Tensor] = None
+    position_bias: Optional[torch.Tensor] = None
+    entry_bias: Optional[torch.Tensor] = None
+
+    def tensors(self) -> List[torch.Tensor]:
+        return [t for t in (self.table, self.content_bias, self.position_bias, self.entry_bias) if t is not None]
 
 
 def dot_product_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:

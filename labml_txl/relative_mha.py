@@ -26,10 +26,10 @@ import torch
 from torch import nn
 
 from . import dispatch
-from .dispatch import Plan, RelativeTerms
+from .dispatch import Plan
 from .mha import MultiHeadAttention
 from .positional_encoding import relative_distances, sinusoid_inverse_frequencies, sinusoidal_embeddings
-from .relative_attention import relative_attention_scores
+from .relative_attention import RelativeTerms, relative_attention_scores
 
 
 class RelativeMultiHeadAttention(MultiHeadAttention):

@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from .. import dispatch
-from ..dispatch import Plan, RelativeTerms
+from ..dispatch import Plan
+from ..relative_attention import RelativeTerms
 from .attention_base import KeysValues, XLAttentionBase
 
 

@@ -16,8 +16,9 @@ import torch
 from torch import nn
 
 from .. import dispatch
-from ..dispatch import Plan, RelativeTerms
+from ..dispatch import Plan
 from ..parameter_versions import track_fused_optimizer_steps
+from ..relative_attention import RelativeTerms
 from .attention_base import KeysValues, XLAttentionBase
 
 
