@@ -110,8 +110,8 @@ class MemTransformerLM(nn.Module):
         impl: (new) how to compute: `'auto'` (the default) lets `labml_txl.dispatch` pick, per call, the fastest
             implementation that serves it (our C++ kernels, SDPA, the head-major composite, oneDNN's prepacked
             products; each refused path has a reason, `dispatch.recording()`); `'reference'` runs the readable
-            specification (`relative_attention.py`, `F.linear`, PyTorch's layer norm), the original's computation,
-            to compare against. The two agree to float rounding and draw the same dropout masks from the same seed.
+            specification (`relative_attention.py`, `F.linear`, PyTorch's layer norm, the joint projection of
+            memory and segment, nothing kept across calls), the original's computation, to compare against. The two agree to float rounding and draw the same dropout masks from the same seed.
             Also an attribute (`model.impl = 'reference'`): it chooses how to compute, not what, so configs and
             checkpoints do not carry it.
 
