@@ -351,7 +351,3 @@ def dropout_path(dropout: nn.Dropout, x: torch.Tensor, threshold: int) -> str:
         kernel = 'the kernel could not be built, or failed its first check'
     return _decide('dropout', [('kernel', kernel), ('16-bit', own), ('nn.Dropout', None)])
 
-
-def compiling() -> bool:
-    """Whether `torch.compile` is tracing (checks that read values run in eager mode only)."""
-    return torch.compiler.is_compiling()
