@@ -39,7 +39,7 @@ from .native import attention as native_attention
 from .native import dropout as native_dropout
 from .native import layer_norm as native_layer_norm
 from .native.build import native_kernels_enabled
-from .relative_attention import RelativeTerms, attention, dot_product_scores, relative_attention_scores
+from .relative_attention import RelativeTerms, attention, scores_of_terms
 
 IMPLS = ('auto', 'reference')
 
@@ -132,12 +132,20 @@ def _decide(operation: str, candidates: List[Tuple[str, Optional[str]]]) -> str:
 ScoreHook = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def scores_from_terms(get_scores: ScoreHook) -> ScoreHook:
-    """Mark a `get_scores` as $q_i^\\top k_j$ plus the module's `position_terms`, which the fast implementations
-    compute without calling it. An override without the mark is called by the reference path, the only one that
-    runs it."""
+def scores_from_terms(get_scores: Callable) -> Callable:
+    """Mark a module's `get_scores` as the scores its `RelativeTerms` describe (or $q_i^\\top k_j$ without terms),
+    which the fast implementations compute without calling it. An override without the mark is called by the
+    reference path, the only one that runs it."""
     get_scores.scores_from_terms = True
     return get_scores
+
+
+def score_hook(module: nn.Module, **arguments) -> Optional[ScoreHook]:
+    """`module.get_scores` (with `arguments` bound) where its class overrides it with scores of its own, for
+    `attend`'s `get_scores`; None where it is a marked one (`scores_from_terms`)."""
+    if getattr(type(module).get_scores, 'scores_from_terms', False):
+        return None
+    return lambda q, k: module.get_scores(q, k, **arguments)
 
 
 def _dropout_active(dropout: Optional[nn.Module]) -> bool:
@@ -261,14 +269,8 @@ def _reference(q, k, values, scale, masked, terms, get_scores, dropout, need_wei
                rows_may_be_empty):
     """`relative_attention.attention` on the seq-first views of the head-major inputs."""
     q, k, values = (t.permute(2, 0, 1, 3) for t in (q, k, values))
-    if get_scores is not None:
-        scores = get_scores(q, k)
-    elif terms is None:
-        scores = dot_product_scores(q, k)
-    else:
-        entry_bias = None if terms.entry_bias is None else terms.entry_bias.transpose(0, 1)
-        scores = relative_attention_scores(q, k, terms.table.transpose(0, 1), terms.content_bias,
-                                           terms.position_bias, entry_bias)
+    scores = scores_of_terms(q, k, terms) if get_scores is None else get_scores(q, k)
+
     def head_major_dropout(weights: torch.Tensor) -> torch.Tensor:
         # Dropped in the element order of `[batch, heads, qlen, klen]`: the masks the other paths draw
         return dropout(weights.permute(2, 3, 0, 1)).permute(2, 3, 0, 1)

@@ -118,12 +118,11 @@ class MultiHeadAttention(nn.Module):
         # `[batch, heads, seq, d_k]` views of the projections
         q, k, v = (split_heads(proj(x), self.heads) for proj, x in ((self.query, query), (self.key, key),
                                                                      (self.value, value)))
-        get_scores = type(self).get_scores
-        own_scores = None if getattr(get_scores, 'scores_from_terms', False) else self.get_scores
         # $\mathop{softmax}_j(A_{i,j} / \sqrt{d_k})\, v_j$ over the keys that may be attended to, heads
         # concatenated; a query with none attends to nothing (zero weights)
         x, weights = dispatch.attend(plan, q, k, v, scale=self.scale, masked=masked_keys(mask),
-                                     terms=self.position_terms(plan, seq_q, key.shape[0], q), get_scores=own_scores,
-                                     dropout=self.dropout, need_weights=need_weights)
+                                     terms=self.position_terms(plan, seq_q, key.shape[0], q),
+                                     get_scores=dispatch.score_hook(self), dropout=self.dropout,
+                                     need_weights=need_weights)
         output = self.output(x)
         return (output, weights) if need_weights else output

@@ -160,6 +160,20 @@ def dot_product_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return torch.einsum('ibnd,jbnd->ijbn', q, k)
 
 
+def scores_of_terms(q: torch.Tensor, k: torch.Tensor, terms: Optional[RelativeTerms]) -> torch.Tensor:
+    r"""
+    $A_{i,j}$ as `RelativeTerms` describe it: $q_i^\top k_j$ without terms, else `relative_attention_scores`.
+
+    Shape:
+        `q` `[qlen, batch, heads, d_head]`, `k` `[klen, batch, heads, d_head]`; returns `[qlen, klen, batch, heads]`.
+    """
+    if terms is None:
+        return dot_product_scores(q, k)
+    entry_bias = None if terms.entry_bias is None else terms.entry_bias.transpose(0, 1)
+    return relative_attention_scores(q, k, terms.table.transpose(0, 1), terms.content_bias, terms.position_bias,
+                                     entry_bias)
+
+
 def masked_softmax(scores: torch.Tensor, masked: Optional[torch.Tensor], dim: int = 1, inplace: bool = False,
                    rows_may_be_empty: bool = True) -> torch.Tensor:
     r"""

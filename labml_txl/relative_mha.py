@@ -29,7 +29,7 @@ from . import dispatch
 from .dispatch import Plan
 from .mha import MultiHeadAttention
 from .positional_encoding import relative_distances, sinusoid_inverse_frequencies, sinusoidal_embeddings
-from .relative_attention import RelativeTerms, relative_attention_scores
+from .relative_attention import RelativeTerms, scores_of_terms
 
 
 class RelativeMultiHeadAttention(MultiHeadAttention):
@@ -97,6 +97,5 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         Shape:
             as `MultiHeadAttention.get_scores`.
         """
-        terms = self.position_terms(Plan.now(query.device, self.impl), query.shape[0], key.shape[0], query)
-        return relative_attention_scores(query, key, terms.table.transpose(0, 1), terms.content_bias,
-                                         terms.position_bias)
+        plan = Plan.now(query.device, self.impl)
+        return scores_of_terms(query, key, self.position_terms(plan, query.shape[0], key.shape[0], query))

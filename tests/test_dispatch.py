@@ -14,6 +14,7 @@ from labml_txl.dropout import Dropout
 from labml_txl.relative_attention import dot_product_scores
 from labml_txl.relative_mha import RelativeMultiHeadAttention
 from labml_txl.xl import MemTransformerLM
+from labml_txl.xl.rel_partial_learnable_attn import RelPartialLearnableMultiHeadAttn
 
 from xl.helpers import small_config
 
@@ -369,3 +370,47 @@ def test_the_models_impl_chooses_the_reference_everywhere(attn_type):
                                    ('residual layer norm', 'PyTorch')}
     assert ('attention', 'reference') not in chosen['auto'] and ('linear', 'prepacked') in chosen['auto']
     torch.testing.assert_close(losses['auto'], losses['reference'], rtol=1e-5, atol=1e-5)
+
+
+class _DistancePenalisedXLAttention(RelPartialLearnableMultiHeadAttn):
+    """Transformer-XL's relative attention with one more term through the score hook: $- m\,|i - j|$."""
+    slope = 0.0
+
+    def get_scores(self, query, key, terms):
+        scores = super().get_scores(query, key, terms)
+        qlen, klen = query.shape[0], key.shape[0]
+        i = torch.arange(klen - qlen, klen)[:, None]
+        distance = (i - torch.arange(klen)[None, :]).abs().to(scores.dtype)
+        return scores - self.slope * distance[:, :, None, None]
+
+
+def _with_penalised_attention(model: MemTransformerLM, slope: float) -> MemTransformerLM:
+    for layer in model.layers:
+        layer.dec_attn.__class__ = _DistancePenalisedXLAttention
+        layer.dec_attn.slope = slope
+    return model
+
+
+def test_the_xl_attentions_have_the_score_hook_too():
+    """An override of `get_scores` in a Transformer-XL attention runs by the reference path, with memories: the same
+    numbers as the variant itself when it adds nothing, other numbers (in the direction of its term) when it does."""
+    torch.manual_seed(0)
+    plain = MemTransformerLM(**small_config()).double().eval()
+    hooked = MemTransformerLM(**small_config()).double().eval()
+    hooked.load_state_dict(plain.state_dict())
+    _with_penalised_attention(hooked, 0.0)
+    data = torch.randint(40, (5, 2))
+    with torch.no_grad(), dispatch.recording() as choices:
+        (expected, *mems), (got, *hooked_mems) = plain(data, data), hooked(data, data)
+        torch.testing.assert_close(hooked(data, data, *hooked_mems)[0], plain(data, data, *mems)[0], rtol=0,
+                                   atol=1e-12)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+    attention = [c for c in choices if c.operation == 'attention']
+    # Each call of the hooked layers (2 layers, 2 segments) by the reference, saying why; the plain ones not
+    hooked_choices = [c for c in attention if c.chosen == 'reference']
+    assert len(hooked_choices) == 4
+    assert all('overridden get_scores' in reason for c in hooked_choices for _, reason in c.refused)
+    # With a penalty on distance the hook changes the numbers: the override is what runs
+    _with_penalised_attention(hooked, 5.0)
+    with torch.no_grad():
+        assert not torch.allclose(hooked(data, data)[0], expected)

@@ -27,6 +27,7 @@ from torch import nn
 from .. import dispatch
 from ..attention_heads import split_heads
 from ..dispatch import Plan
+from ..relative_attention import RelativeTerms, scores_of_terms
 from ..dropout import Dropout
 from ..errors import require_bool, require_positive_int, require_probability
 
@@ -102,6 +103,19 @@ class XLAttentionBase(nn.Module):
             kv_memory = self._kv_heads(dispatch.linear(plan, self.layer_norm(mems) if self.pre_lnorm else mems,
                                                        qkv_weight[hd:]))
         return split_heads(q, self.n_head), KeysValues(kv_memory, self._kv_heads(kv))
+
+    @dispatch.scores_from_terms
+    def get_scores(self, query: torch.Tensor, key: torch.Tensor, terms: Optional[RelativeTerms]) -> torch.Tensor:
+        r"""
+        The hook for the scores, as `MultiHeadAttention.get_scores`: $A_{i,j}$ as the variant's `terms` describe it
+        ($q_i^\top k_j$ without terms), before the scale and the softmax. A subclass that overrides it runs by the
+        reference path with its override.
+
+        Shape:
+            `query` `[qlen, bsz, n_head, d_head]`, `key` `[klen, bsz, n_head, d_head]`; returns
+            `[qlen, klen, bsz, n_head]`.
+        """
+        return scores_of_terms(query, key, terms)
 
     def _kv_heads(self, kv: torch.Tensor) -> torch.Tensor:
         """$[W_k; W_v] x$ `[len, bsz, 2 * n_head * d_head]` as `[2, bsz, n_head, len, d_head]`, a view."""

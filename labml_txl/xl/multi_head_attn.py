@@ -47,6 +47,6 @@ class MultiHeadAttn(XLAttentionBase):
         q, kv = self._project(plan, torch.cat([self.q_net.weight, self.kv_net.weight]), h, mems, mems_kv)
         # $A_{i,j} = q_i^\top k_j$
         attn_vec, _ = dispatch.attend(plan, q, **kv.attend_arguments(), scale=self.scale, masked=attn_mask,
-                                      dropout=self.dropatt)
+                                      get_scores=dispatch.score_hook(self, terms=None), dropout=self.dropatt)
         out = self._output(plan, h, attn_vec)
         return (out, kv) if return_kv else out

@@ -59,6 +59,7 @@ class RelLearnableMultiHeadAttn(XLAttentionBase):
         terms = RelativeTerms(last_rows(r_emb, klen).transpose(0, 1), content_bias=r_w_bias,
                               entry_bias=last_rows(r_bias, klen).transpose(0, 1))
         attn_vec, _ = dispatch.attend(plan, q, **kv.attend_arguments(), scale=self.scale, masked=attn_mask, terms=terms,
+                                      get_scores=dispatch.score_hook(self, terms=terms),
                                       dropout=self.dropatt)
         out = self._output(plan, w, attn_vec)
         return (out, kv) if return_kv else out

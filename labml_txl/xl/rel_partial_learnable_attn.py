@@ -86,6 +86,7 @@ class RelPartialLearnableMultiHeadAttn(XLAttentionBase):
         # $A^{rel}_{i,j} = (q_i + u)^\top k_j + (q_i + v)^\top W_{k,R} R_{i-j}$
         terms = RelativeTerms(self._projected_table(plan, r), content_bias=r_w_bias, position_bias=r_r_bias)
         attn_vec, _ = dispatch.attend(plan, q, **kv.attend_arguments(), scale=self.scale, masked=attn_mask, terms=terms,
+                                      get_scores=dispatch.score_hook(self, terms=terms),
                                       dropout=self.dropatt, round_scores_to_float32=self.round_scores_to_float32)
         out = self._output(plan, w, attn_vec)
         return (out, kv) if return_kv else out
