@@ -119,6 +119,8 @@ class TransformerConfigs(ValidatedConfigs):
     n_tgt_vocab: int
     # Pre-norm $x + f(LN(x))$ when True (labml_nn's placement), post-norm $LN(x + f(x))$ when False
     norm_first: bool = True
+    # The normalisation of every residual connection and of the stacks' outputs (`norms.py`)
+    norm: str = 'layer_norm'
 
     # Encoder self-attention
     encoder_attn: MultiHeadAttention = 'mha'
@@ -185,14 +187,16 @@ def _feed_forward_configs(c: TransformerConfigs):
 def _encoder_layer(c: TransformerConfigs):
     """Encoder layer: self-attention and a copy of the feed-forward layer"""
     return TransformerLayer(d_model=c.d_model, self_attn=c.encoder_attn, src_attn=None,
-                            feed_forward=copy.deepcopy(c.ffn.ffn), dropout_prob=c.dropout, norm_first=c.norm_first)
+                            feed_forward=copy.deepcopy(c.ffn.ffn), dropout_prob=c.dropout, norm_first=c.norm_first,
+                            norm=c.norm)
 
 
 @option(TransformerConfigs.decoder_layer, 'default')
 def _decoder_layer(c: TransformerConfigs):
     """Decoder layer: self-attention, attention to the encoder output and a copy of the feed-forward layer"""
     return TransformerLayer(d_model=c.d_model, self_attn=c.decoder_attn, src_attn=c.decoder_mem_attn,
-                            feed_forward=copy.deepcopy(c.ffn.ffn), dropout_prob=c.dropout, norm_first=c.norm_first)
+                            feed_forward=copy.deepcopy(c.ffn.ffn), dropout_prob=c.dropout, norm_first=c.norm_first,
+                            norm=c.norm)
 
 
 @option(TransformerConfigs.encoder, 'default')
@@ -277,6 +281,8 @@ class TransformerXLConfigs(ValidatedConfigs):
     # Which adaptive-softmax projections share the embedding's; `'none'` or `'all_but_first'`, or a list
     tie_projs: List[bool] = 'none'
     pre_lnorm: bool = False
+    # LayerNorm (the original's) or RMSNorm in every layer (`norms.py`)
+    norm: str = 'layer_norm'
     tgt_len: int = 70
     ext_len: int = 0
     mem_len: int = 0
@@ -344,7 +350,22 @@ def _mem_transformer(c: TransformerXLConfigs):
                             ext_len=c.ext_len, mem_len=c.mem_len, cutoffs=list(c.cutoffs), adapt_inp=c.adapt_inp,
                             same_length=c.same_length, attn_type=c.attn_type, clamp_len=c.clamp_len,
                             sample_softmax=c.sample_softmax, untie_r=c.untie_r, init=c.init,
-                            init_range=c.init_range, init_std=c.init_std, proj_init_std=c.proj_init_std)
+                            init_range=c.init_range, init_std=c.init_std, proj_init_std=c.proj_init_std, norm=c.norm)
+
+
+# ## Norms by name (`norms.py`)
+
+def _norm_option(name: str, doc: str):
+    """Register the norm `name` (`norms.py`) as an option of both configs' `norm` item."""
+    def choose(c):
+        return name
+    choose.__doc__ = doc
+    option(TransformerConfigs.norm, name)(choose)
+    option(TransformerXLConfigs.norm, name)(choose)
+
+
+_norm_option('layer_norm', 'LayerNorm (Ba et al., 2016): re-centred and re-scaled, with a gain and a bias')
+_norm_option('rms_norm', 'RMSNorm (Zhang & Sennrich, 2019): re-scaled by the root mean square, with a gain only')
 
 
 # ## Attention variants by name

@@ -316,12 +316,14 @@ def linear(plan: Plan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[tor
 def residual_layer_norm(plan: Plan, residual: torch.Tensor, x: torch.Tensor, layer_norm: nn.LayerNorm) -> torch.Tensor:
     r"""$\mathop{LN}(\mathit{residual} + x)$: by our kernel in one pass where it serves, else
     `layer_norm(residual + x)`."""
-    weight, bias = layer_norm.weight, layer_norm.bias
+    weight, bias = layer_norm.weight, getattr(layer_norm, 'bias', None)
     refusal = None
     if plan.impl == 'reference':
         refusal = "impl='reference'"
     elif not native_kernels_enabled():
         refusal = 'our kernels are disabled'
+    elif not isinstance(layer_norm, nn.LayerNorm):
+        refusal = f'a {type(layer_norm).__name__}: the kernel computes LayerNorm'
     elif plan.grad or plan.autocast is not None or plan.compiling:
         refusal = 'gradients are recorded, or under autocast or torch.compile (the kernel is for float32 inference)'
     elif (weight is None or bias is None or len(layer_norm.normalized_shape) != 1 or x.shape != residual.shape

@@ -150,6 +150,10 @@ def from_torch(t: nn.Transformer) -> TorchLayoutTransformer:
 
 
 def _check_convertible(m: TorchLayoutTransformer):
+    for name, module in m.named_modules():
+        if isinstance(module, nn.RMSNorm):
+            raise ValueError(f"{name} is an RMSNorm: nn.Transformer has LayerNorms only, so a model built with "
+                             f"norm='rms_norm' cannot be converted (build it with norm='layer_norm')")
     for stack_name, stack in (('encoder', m.encoder), ('decoder', m.decoder)):
         if not isinstance(stack.norm, nn.LayerNorm):
             raise ValueError(f"to_torch needs a final norm on the {stack_name}: nn.Transformer always has one")

@@ -17,6 +17,7 @@ from torch import nn
 
 from .dropout import Dropout
 from .errors import require_bool, require_positive_int, require_probability
+from .norms import check_norm, make_norm
 from .positional_encoding import get_positional_encoding
 
 
@@ -91,6 +92,7 @@ class TransformerLayer(nn.Module):
         dropout_prob: dropout on each sub-layer's output before the residual sum.
         norm_first: pre-norm $x + f(\\mathop{LN}(x))$ when True (default), post-norm $\\mathop{LN}(x + f(x))$ when False.
         layer_norm_eps: the $\\epsilon$ of the layer norms.
+        norm: `'layer_norm'` or `'rms_norm'` (`norms.py`).
 
     Shape:
         `x` `[seq_len, batch, d_model]`, `mask` `[seq_len or 1, seq_len, batch or 1]`,
@@ -99,7 +101,7 @@ class TransformerLayer(nn.Module):
 
     def __init__(self, *, d_model: int, self_attn: nn.Module, src_attn: Optional[nn.Module] = None,
                  feed_forward: nn.Module, dropout_prob: float, norm_first: bool = True,
-                 layer_norm_eps: float = 1e-5):
+                 layer_norm_eps: float = 1e-5, norm: str = 'layer_norm'):
         super().__init__()
         require_positive_int('d_model', d_model)
         require_probability('dropout_prob', dropout_prob)
@@ -110,12 +112,13 @@ class TransformerLayer(nn.Module):
         self.feed_forward = feed_forward
         self.dropout = Dropout(dropout_prob)
         self.norm_first = norm_first
-        self.norm_self_attn = nn.LayerNorm([d_model], eps=layer_norm_eps)
+        self.norm_name = check_norm(norm)
+        self.norm_self_attn = make_norm(norm, d_model, eps=layer_norm_eps)
         if src_attn is not None:
-            self.norm_src_attn = nn.LayerNorm([d_model], eps=layer_norm_eps)
-        self.norm_ff = nn.LayerNorm([d_model], eps=layer_norm_eps)
+            self.norm_src_attn = make_norm(norm, d_model, eps=layer_norm_eps)
+        self.norm_ff = make_norm(norm, d_model, eps=layer_norm_eps)
 
-    def _residual(self, x: torch.Tensor, norm: nn.LayerNorm, sublayer) -> torch.Tensor:
+    def _residual(self, x: torch.Tensor, norm: nn.Module, sublayer) -> torch.Tensor:
         if self.norm_first:
             # $x + \mathop{Dropout}(f(\mathop{LN}(x)))$
             return x + self.dropout(sublayer(norm(x)))
@@ -147,7 +150,7 @@ class Encoder(nn.Module):
         layer: the layer to copy.
         n_layers: number of layers.
         final_norm: whether to normalise the output (pre-norm stacks need it; `torch.nn.Transformer` always has it).
-        layer_norm_eps: the $\\epsilon$ of the final norm.
+        layer_norm_eps: the $\\epsilon$ of the final norm (of the layers' kind, `norm`).
 
     Shape:
         `x` `[seq_len, batch, d_model]`, `mask` `[seq_len or 1, seq_len, batch or 1]`; output as `x`.
@@ -157,7 +160,7 @@ class Encoder(nn.Module):
         super().__init__()
         require_bool('final_norm', final_norm)
         self.layers = _clone_layers(layer, n_layers)
-        self.norm = nn.LayerNorm([layer.size], eps=layer_norm_eps) if final_norm else nn.Identity()
+        self.norm = make_norm(layer.norm_name, layer.size, eps=layer_norm_eps) if final_norm else nn.Identity()
 
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         for layer in self.layers:
@@ -173,7 +176,7 @@ class Decoder(nn.Module):
         layer: the layer to copy (built with `src_attn`).
         n_layers: number of layers.
         final_norm: whether to normalise the output.
-        layer_norm_eps: the $\\epsilon$ of the final norm.
+        layer_norm_eps: the $\\epsilon$ of the final norm (of the layers' kind, `norm`).
 
     Shape:
         `x` `[tgt_len, batch, d_model]`, `memory` `[src_len, batch, d_model]`,
@@ -187,7 +190,7 @@ class Decoder(nn.Module):
             raise ValueError("a Decoder needs decoder layers: the layer given has src_attn=None")
         require_bool('final_norm', final_norm)
         self.layers = _clone_layers(layer, n_layers)
-        self.norm = nn.LayerNorm([layer.size], eps=layer_norm_eps) if final_norm else nn.Identity()
+        self.norm = make_norm(layer.norm_name, layer.size, eps=layer_norm_eps) if final_norm else nn.Identity()
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, src_mask: Optional[torch.Tensor] = None,
                 tgt_mask: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -30,6 +30,7 @@ from ..dispatch import Plan
 from ..relative_attention import RelativeTerms, scores_of_terms
 from ..dropout import Dropout
 from ..errors import require_bool, require_positive_int, require_probability
+from ..norms import make_norm
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,11 @@ class XLAttentionBase(nn.Module):
         pre_lnorm: layer-normalise the input instead of the residual sum.
         round_scores_to_float32: round the scaled scores to float32 before the softmax, as the original's
             attention type 0 does (see `MemTransformerLM`).
+        norm: `'layer_norm'` (the original's) or `'rms_norm'` (`norms.py`), kept as `layer_norm` either way.
     """
 
     def __init__(self, n_head: int, d_model: int, d_head: int, dropout: float, dropatt: float = 0.0,
-                 pre_lnorm: bool = False, round_scores_to_float32: bool = False):
+                 pre_lnorm: bool = False, round_scores_to_float32: bool = False, norm: str = 'layer_norm'):
         super().__init__()
         require_positive_int('n_head', n_head)
         require_positive_int('d_model', d_model)
@@ -76,7 +78,7 @@ class XLAttentionBase(nn.Module):
         self.dropatt = Dropout(dropatt)
         # $W_o$
         self.o_net = nn.Linear(n_head * d_head, d_model, bias=False)
-        self.layer_norm = nn.LayerNorm(d_model)
+        self.layer_norm = make_norm(norm, d_model)
         # $\frac{1}{\sqrt{d_{head}}}$
         self.scale = 1 / (d_head ** 0.5)
         self.pre_lnorm = pre_lnorm

@@ -8,7 +8,7 @@ What the authors' `train.py` does to a new model (its defaults: `init='normal'`,
 | --- | --- |
 | weights of `Linear` and `Embedding`, `cluster_weight`, `r_emb`, `r_w_bias`, `r_r_bias` | $\mathcal{N}(0, \sigma^2)$ with $\sigma$ = `init_std` (`init='normal'`), or $\mathcal{U}(-a, a)$ with $a$ = `init_range` (`init='uniform'`) |
 | projections `emb_projs`, `out_projs` | $\mathcal{N}(0, \sigma_p^2)$ with $\sigma_p$ = `proj_init_std` |
-| `LayerNorm` weights | $\mathcal{N}(1, \sigma^2)$ with $\sigma$ = `init_std` (for either `init`) |
+| `LayerNorm` (and `RMSNorm`) weights | $\mathcal{N}(1, \sigma^2)$ with $\sigma$ = `init_std` (for either `init`) |
 | biases of `Linear` and `LayerNorm`, `cluster_bias`, `r_bias` | $0$ |
 
 `MemTransformerLM` calls it from its constructor, so a new model starts as the original's did.
@@ -64,11 +64,11 @@ def init_weights(model: nn.Module, init: str = 'normal', init_range: float = 0.1
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             init_weight(module.weight)
-        elif isinstance(module, nn.LayerNorm):
+        elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
             if module.weight is not None:
                 # $\mathcal{N}(1, \sigma^2)$
                 nn.init.normal_(module.weight, 1.0, init_std)
-            if module.bias is not None:
+            if getattr(module, 'bias', None) is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, AdaptiveEmbedding):
             init_projs(module.emb_projs)

@@ -31,7 +31,7 @@ class RelPartialLearnableDecoderLayer(nn.Module):
         n_head, d_model, d_head: attention sizes; d_inner: hidden features of the feed-forward network;
         dropout, dropatt: dropout on outputs and on attention weights; pre_lnorm: pre-LN instead of post-LN;
         untie_r: the layer owns its $u$, $v$ biases.
-        round_scores_to_float32: see `XLAttentionBase`.
+        round_scores_to_float32, norm: see `XLAttentionBase`.
 
     Shape:
         see `RelPartialLearnableMultiHeadAttn`; output `[qlen, bsz, d_model]`.
@@ -39,12 +39,12 @@ class RelPartialLearnableDecoderLayer(nn.Module):
 
     def __init__(self, n_head: int, d_model: int, d_head: int, d_inner: int, dropout: float,
                  dropatt: float = 0.0, pre_lnorm: bool = False, untie_r: bool = False,
-                 round_scores_to_float32: bool = False):
+                 round_scores_to_float32: bool = False, norm: str = 'layer_norm'):
         super().__init__()
         self.dec_attn = RelPartialLearnableMultiHeadAttn(n_head, d_model, d_head, dropout, dropatt=dropatt,
                                                          pre_lnorm=pre_lnorm, untie_r=untie_r,
-                                                         round_scores_to_float32=round_scores_to_float32)
-        self.pos_ff = PositionwiseFF(d_model, d_inner, dropout, pre_lnorm=pre_lnorm)
+                                                         round_scores_to_float32=round_scores_to_float32, norm=norm)
+        self.pos_ff = PositionwiseFF(d_model, d_inner, dropout, pre_lnorm=pre_lnorm, norm=norm)
 
     def forward(self, dec_inp: torch.Tensor, r: torch.Tensor, r_w_bias: Optional[torch.Tensor] = None,
                 r_r_bias: Optional[torch.Tensor] = None, dec_attn_mask: Optional[torch.Tensor] = None,
@@ -59,7 +59,7 @@ class RelPartialLearnableDecoderLayer(nn.Module):
 class RelLearnableDecoderLayer(nn.Module):
     """
     Args:
-        as `RelPartialLearnableDecoderLayer`, without `untie_r` (the biases are per layer already) and
+        as `RelPartialLearnableDecoderLayer` (with `norm`), without `untie_r` (the biases are per layer already) and
         `round_scores_to_float32`.
 
     Shape:
@@ -67,11 +67,11 @@ class RelLearnableDecoderLayer(nn.Module):
     """
 
     def __init__(self, n_head: int, d_model: int, d_head: int, d_inner: int, dropout: float,
-                 dropatt: float = 0.0, pre_lnorm: bool = False):
+                 dropatt: float = 0.0, pre_lnorm: bool = False, norm: str = 'layer_norm'):
         super().__init__()
         self.dec_attn = RelLearnableMultiHeadAttn(n_head, d_model, d_head, dropout, dropatt=dropatt,
-                                                  pre_lnorm=pre_lnorm)
-        self.pos_ff = PositionwiseFF(d_model, d_inner, dropout, pre_lnorm=pre_lnorm)
+                                                  pre_lnorm=pre_lnorm, norm=norm)
+        self.pos_ff = PositionwiseFF(d_model, d_inner, dropout, pre_lnorm=pre_lnorm, norm=norm)
 
     def forward(self, dec_inp: torch.Tensor, r_emb: torch.Tensor, r_w_bias: torch.Tensor, r_bias: torch.Tensor,
                 dec_attn_mask: Optional[torch.Tensor] = None, mems: Optional[torch.Tensor] = None,
@@ -92,10 +92,11 @@ class DecoderLayer(nn.Module):
     """
 
     def __init__(self, n_head: int, d_model: int, d_head: int, d_inner: int, dropout: float,
-                 dropatt: float = 0.0, pre_lnorm: bool = False):
+                 dropatt: float = 0.0, pre_lnorm: bool = False, norm: str = 'layer_norm'):
         super().__init__()
-        self.dec_attn = MultiHeadAttn(n_head, d_model, d_head, dropout, dropatt=dropatt, pre_lnorm=pre_lnorm)
-        self.pos_ff = PositionwiseFF(d_model, d_inner, dropout, pre_lnorm=pre_lnorm)
+        self.dec_attn = MultiHeadAttn(n_head, d_model, d_head, dropout, dropatt=dropatt, pre_lnorm=pre_lnorm,
+                                      norm=norm)
+        self.pos_ff = PositionwiseFF(d_model, d_inner, dropout, pre_lnorm=pre_lnorm, norm=norm)
 
     def forward(self, dec_inp: torch.Tensor, dec_attn_mask: Optional[torch.Tensor] = None,
                 mems: Optional[torch.Tensor] = None, mems_kv: Optional[torch.Tensor] = None, *,

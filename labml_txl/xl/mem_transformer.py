@@ -56,6 +56,7 @@ from ..attention_mask import decoder_window_mask
 from ..dispatch import Plan, check_impl
 from ..dropout import Dropout
 from ..errors import require_bool, require_positive_int, require_probability
+from ..norms import check_norm
 from ..positional_encoding import relative_distances
 from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
@@ -107,13 +108,16 @@ class MemTransformerLM(nn.Module):
             nothing in float32 or lower precision; in float64 it reproduces the original's numbers to the last
             bits (the reference tests use it) at the cost of float32 rounding. Off by default.
 
+        norm: (new) `'layer_norm'` (the original's) or `'rms_norm'` (RMSNorm, Zhang & Sennrich, 2019) in every
+            layer (`labml_txl/norms.py`); either is kept as `layer_norm`, RMSNorm without a bias.
         impl: (new) how to compute: `'auto'` (the default) lets `labml_txl.dispatch` pick, per call, the fastest
             implementation that serves it (our C++ kernels, SDPA, the head-major composite, oneDNN's prepacked
             products; each refused path has a reason, `dispatch.recording()`); `'reference'` runs the readable
             specification (`relative_attention.py`, `F.linear`, PyTorch's layer norm, the joint projection of
-            memory and segment, nothing kept across calls), the original's computation, to compare against. The two agree to float rounding and draw the same dropout masks from the same seed.
-            Also an attribute (`model.impl = 'reference'`): it chooses how to compute, not what, so configs and
-            checkpoints do not carry it.
+            memory and segment, nothing kept across calls), the original's computation, to compare against. The
+            two agree to float rounding and draw the same dropout masks from the same seed. Also an attribute
+            (`model.impl = 'reference'`): it chooses how to compute, not what, so configs and checkpoints do not
+            carry it.
 
     Shape:
         `data` `[qlen, bsz]` token ids; `target` `[tgt_len, bsz]` with `tgt_len <= qlen` (the last `tgt_len`
@@ -128,7 +132,8 @@ class MemTransformerLM(nn.Module):
                  cutoffs: Sequence[int] = (), adapt_inp: bool = False, same_length: bool = False,
                  attn_type: int = 0, clamp_len: int = -1, sample_softmax: int = -1, *,
                  untie_r: bool = False, init: str = 'normal', init_range: float = 0.1, init_std: float = 0.02,
-                 proj_init_std: float = 0.01, round_scores_to_float32: bool = False, impl: str = 'auto'):
+                 proj_init_std: float = 0.01, round_scores_to_float32: bool = False, norm: str = 'layer_norm',
+                 impl: str = 'auto'):
         super().__init__()
         for name, value in (('n_token', n_token), ('n_layer', n_layer), ('n_head', n_head),
                             ('d_model', d_model), ('d_head', d_head), ('d_inner', d_inner)):
@@ -177,6 +182,8 @@ class MemTransformerLM(nn.Module):
             raise ValueError(f"untie_r=True is not accepted with attn_type={attn_type}: it unties the u, v "
                              f"biases of attn_type 0 (type 1 has per-layer biases already, 2 and 3 have none)")
         check_init(init, init_range, init_std, proj_init_std)
+        check_norm(norm)
+        self.norm = norm
 
         self.n_token = n_token
         self.d_embed = d_embed
@@ -205,12 +212,13 @@ class MemTransformerLM(nn.Module):
             if attn_type == 0:
                 layer = RelPartialLearnableDecoderLayer(n_head, d_model, d_head, d_inner, dropout, dropatt=dropatt,
                                                         pre_lnorm=pre_lnorm, untie_r=untie_r,
-                                                        round_scores_to_float32=round_scores_to_float32)
+                                                        round_scores_to_float32=round_scores_to_float32, norm=norm)
             elif attn_type == 1:
                 layer = RelLearnableDecoderLayer(n_head, d_model, d_head, d_inner, dropout, dropatt=dropatt,
-                                                 pre_lnorm=pre_lnorm)
+                                                 pre_lnorm=pre_lnorm, norm=norm)
             else:
-                layer = DecoderLayer(n_head, d_model, d_head, d_inner, dropout, dropatt=dropatt, pre_lnorm=pre_lnorm)
+                layer = DecoderLayer(n_head, d_model, d_head, d_inner, dropout, dropatt=dropatt, pre_lnorm=pre_lnorm,
+                                     norm=norm)
             self.layers.append(layer)
 
         self.sample_softmax = sample_softmax

@@ -23,7 +23,7 @@ from .attention_base import KeysValues, XLAttentionBase
 class MultiHeadAttn(XLAttentionBase):
     """
     Args:
-        n_head, d_model, d_head, dropout, dropatt, pre_lnorm: see `XLAttentionBase`.
+        n_head, d_model, d_head, dropout, dropatt, pre_lnorm, norm: see `XLAttentionBase`.
 
     Shape:
         `h` `[qlen, bsz, d_model]`; `attn_mask` boolean `[qlen, klen, 1]`, True where masked;
@@ -32,8 +32,8 @@ class MultiHeadAttn(XLAttentionBase):
     """
 
     def __init__(self, n_head: int, d_model: int, d_head: int, dropout: float, dropatt: float = 0.0,
-                 pre_lnorm: bool = False):
-        super().__init__(n_head, d_model, d_head, dropout, dropatt, pre_lnorm)
+                 pre_lnorm: bool = False, norm: str = 'layer_norm'):
+        super().__init__(n_head, d_model, d_head, dropout, dropatt, pre_lnorm, norm=norm)
         # $W_q$
         self.q_net = nn.Linear(d_model, n_head * d_head, bias=False)
         # $W_k$ and $W_v$ in one matrix

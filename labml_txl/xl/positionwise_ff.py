@@ -16,6 +16,7 @@ from torch import nn
 from .. import dispatch
 from ..dispatch import Plan
 from ..dropout import Dropout, relu_dropout_
+from ..norms import make_norm
 
 
 class PositionwiseFF(nn.Module):
@@ -25,12 +26,13 @@ class PositionwiseFF(nn.Module):
         d_inner: number of hidden features.
         dropout: dropout after the activation and after the second layer.
         pre_lnorm: layer-normalise the input instead of the residual sum.
+        norm: `'layer_norm'` or `'rms_norm'` (`norms.py`), kept as `layer_norm` either way.
 
     Shape:
         `inp` `[seq, batch, d_model]`; output the same.
     """
 
-    def __init__(self, d_model: int, d_inner: int, dropout: float, pre_lnorm: bool = False):
+    def __init__(self, d_model: int, d_inner: int, dropout: float, pre_lnorm: bool = False, norm: str = 'layer_norm'):
         super().__init__()
         self.d_model = d_model
         self.d_inner = d_inner
@@ -45,7 +47,7 @@ class PositionwiseFF(nn.Module):
             nn.Linear(d_inner, d_model),
             Dropout(dropout),
         )
-        self.layer_norm = nn.LayerNorm(d_model)
+        self.layer_norm = make_norm(norm, d_model)
         self.pre_lnorm = pre_lnorm
 
     def _core(self, plan: Plan, x: torch.Tensor) -> torch.Tensor:

@@ -33,7 +33,7 @@ def last_rows(table: torch.Tensor, n: int) -> torch.Tensor:
 class RelLearnableMultiHeadAttn(XLAttentionBase):
     """
     Args:
-        n_head, d_model, d_head, dropout, dropatt, pre_lnorm: see `XLAttentionBase`.
+        n_head, d_model, d_head, dropout, dropatt, pre_lnorm, norm: see `XLAttentionBase`.
 
     Shape:
         `w` `[qlen, bsz, d_model]`; `r_emb` `[L, n_head, d_head]`; `r_w_bias` `[n_head, d_head]`;
@@ -43,8 +43,8 @@ class RelLearnableMultiHeadAttn(XLAttentionBase):
     """
 
     def __init__(self, n_head: int, d_model: int, d_head: int, dropout: float, dropatt: float = 0.0,
-                 pre_lnorm: bool = False):
-        super().__init__(n_head, d_model, d_head, dropout, dropatt, pre_lnorm)
+                 pre_lnorm: bool = False, norm: str = 'layer_norm'):
+        super().__init__(n_head, d_model, d_head, dropout, dropatt, pre_lnorm, norm=norm)
         # $W_q$, $W_{k}$ and $W_v$ in one matrix
         self.qkv_net = nn.Linear(d_model, 3 * n_head * d_head, bias=False)
 

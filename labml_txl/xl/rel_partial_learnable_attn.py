@@ -25,7 +25,7 @@ from .attention_base import KeysValues, XLAttentionBase
 class RelPartialLearnableMultiHeadAttn(XLAttentionBase):
     """
     Args:
-        n_head, d_model, d_head, dropout, dropatt, pre_lnorm, round_scores_to_float32: see `XLAttentionBase`.
+        n_head, d_model, d_head, dropout, dropatt, pre_lnorm, round_scores_to_float32, norm: see `XLAttentionBase`.
         untie_r: own the biases `r_w_bias` ($u$) and `r_r_bias` ($v$) instead of taking them in `forward`.
 
     Shape:
@@ -37,8 +37,9 @@ class RelPartialLearnableMultiHeadAttn(XLAttentionBase):
     """
 
     def __init__(self, n_head: int, d_model: int, d_head: int, dropout: float, dropatt: float = 0.0,
-                 pre_lnorm: bool = False, untie_r: bool = False, round_scores_to_float32: bool = False):
-        super().__init__(n_head, d_model, d_head, dropout, dropatt, pre_lnorm, round_scores_to_float32)
+                 pre_lnorm: bool = False, untie_r: bool = False, round_scores_to_float32: bool = False,
+                 norm: str = 'layer_norm'):
+        super().__init__(n_head, d_model, d_head, dropout, dropatt, pre_lnorm, round_scores_to_float32, norm)
         # $W_q$, $W_{k,E}$ and $W_v$ in one matrix
         self.qkv_net = nn.Linear(d_model, 3 * n_head * d_head, bias=False)
         # $W_{k,R}$
