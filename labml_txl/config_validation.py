@@ -57,6 +57,15 @@ def accepted_options(configs: BaseConfigs, key: str) -> List[str]:
     return options
 
 
+def chosen_option(configs: BaseConfigs, key: str) -> Any:
+    """The value given for `key` (an override, else the default), before any option is computed: the option's name
+    where it is one."""
+    for values in (configs._Configs__values_override, configs._Configs__values, configs._Configs__defaults):
+        if key in values:
+            return values[key]
+    return None
+
+
 def _nested_configs(configs: BaseConfigs, key: str) -> Optional[BaseConfigs]:
     """A fresh instance of the configs class that `key` holds, to check nested keys against."""
     annotation = _items(configs).get(key)

@@ -10,16 +10,18 @@ works here unchanged. Overrides are checked when they are given (see `config_val
 `python -m labml_txl.options_doc`.
 """
 import copy
+import warnings
 from typing import List, Optional
 
 from labml.configs import aggregate, calculate, option
 from torch import nn
 
-from .config_validation import ValidatedConfigs
+from .config_validation import ValidatedConfigs, chosen_option
 from .feed_forward import FeedForward
 from .mha import MultiHeadAttention
 from .presets import PRESETS, TRAINING_COLUMNS
 from .relative_mha import RelativeMultiHeadAttention
+from .rotary_mha import RotaryMultiHeadAttention
 from .xl import MemTransformerLM
 from .models import (Decoder, Encoder, EncoderDecoder, EmbeddingsWithLearnedPositionalEncoding,
                      EmbeddingsWithPositionalEncoding, Generator, TransformerLayer)
@@ -128,6 +130,8 @@ class TransformerConfigs(ValidatedConfigs):
     decoder_attn: MultiHeadAttention = 'mha'
     # Decoder attention to the encoder output
     decoder_mem_attn: MultiHeadAttention = 'mha'
+    # The fraction of each head's features that `'rotary'` attention rotates
+    rotary_fraction: float = 1.0
 
     # Configurable feed-forward layer
     ffn: FeedForwardConfigs
@@ -172,6 +176,32 @@ def _relative_mha(c: TransformerConfigs):
 calculate(TransformerConfigs.encoder_attn, 'relative', _relative_mha)
 calculate(TransformerConfigs.decoder_attn, 'relative', _relative_mha)
 calculate(TransformerConfigs.decoder_mem_attn, 'relative', _relative_mha)
+
+
+def _warn_positions_twice(c: TransformerConfigs, attention_key: str, embed_key: str) -> None:
+    """A scheme whose positions live in the attention, with an embedding that adds them too: say so (the defaults
+    stay labml_nn's, so the combination is not refused)."""
+    attention, embed = chosen_option(c, attention_key), chosen_option(c, embed_key)
+    if embed in ('fixed_pos', 'learned_pos'):
+        warnings.warn(f"{attention_key}={attention!r} with {embed_key}={embed!r} adds positions twice: the attention "
+                      f"encodes them already; {embed_key}='no_pos' leaves them to it", UserWarning, stacklevel=2)
+
+
+def _rotary_option(attention_key: str, embed_key: str) -> None:
+    def rotary(c: TransformerConfigs):
+        _warn_positions_twice(c, attention_key, embed_key)
+        return RotaryMultiHeadAttention(c.n_heads, c.d_model, dropout_prob=c.dropout,
+                                        rotary_fraction=c.rotary_fraction)
+    rotary.__doc__ = ("Rotary position embeddings of queries and keys (RoFormer, `rotary_mha.py`), "
+                      "`rotary_fraction` of the features")
+    calculate(getattr(TransformerConfigs, attention_key), 'rotary', rotary)
+
+
+# (the encoder's positions come from `src_embed`, the decoder's from `tgt_embed`; the decoder's attention to the
+# encoder output reads the encoder's positions)
+_rotary_option('encoder_attn', 'src_embed')
+_rotary_option('decoder_attn', 'tgt_embed')
+_rotary_option('decoder_mem_attn', 'src_embed')
 
 
 @option(TransformerConfigs.ffn, 'default')

@@ -1,0 +1,116 @@
+"""`'rotary'`: RoFormer's rotary position embeddings (`rotary_mha.py`), against labml_nn's module and a naive loop."""
+import math
+import warnings
+
+import pytest
+import torch
+from labml.configs import BaseConfigs
+from labml_nn.transformers.rope import RotaryPositionalEmbeddings
+
+from labml_txl import dispatch
+from labml_txl.configs import TransformerConfigs
+from labml_txl.rotary_mha import RotaryMultiHeadAttention, rotate
+
+
+@pytest.mark.parametrize('d_rotary', [8, 4])
+def test_rotation_equals_labml_nn(d_rotary):
+    """The same rotation as labml_nn's `RotaryPositionalEmbeddings` (positions 0 .. seq - 1), the whole head or its
+    first `d_rotary` features."""
+    x = torch.randn(7, 2, 3, 8)
+    expected = RotaryPositionalEmbeddings(d_rotary)(x)
+    torch.testing.assert_close(rotate(x, torch.arange(7), d_rotary), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_rotated_scores_depend_on_the_distance_only():
+    q, k = torch.randn(5, 1, 2, 8, dtype=torch.float64), torch.randn(5, 1, 2, 8, dtype=torch.float64)
+    positions = torch.arange(5)
+    scores = torch.einsum('ibhd,jbhd->ijbh', rotate(q, positions, 8), rotate(k, positions, 8))
+    shifted = torch.einsum('ibhd,jbhd->ijbh', rotate(q, positions + 11, 8), rotate(k, positions + 11, 8))
+    torch.testing.assert_close(shifted, scores, rtol=0, atol=1e-12)
+
+
+def _naive(attn: RotaryMultiHeadAttention, query, key, value, mask):
+    """Pair by pair: rotate each query and key feature pair by its position, softmax over the allowed keys."""
+    seq_q, batch, _ = query.shape
+    seq_k, heads, d_k, d = key.shape[0], attn.heads, attn.d_k, attn.d_rotary
+    q, k, v = (p(x).view(x.shape[0], batch, heads, d_k) for p, x in ((attn.query, query), (attn.key, key),
+                                                                     (attn.value, value)))
+
+    def rope(vector, m):
+        out = vector.clone()
+        for i in range(d // 2):
+            angle = m * 10000 ** (-2 * i / d)
+            a, b = float(vector[i]), float(vector[i + d // 2])
+            out[i] = a * math.cos(angle) - b * math.sin(angle)
+            out[i + d // 2] = b * math.cos(angle) + a * math.sin(angle)
+        return out
+
+    result = torch.zeros(seq_q, batch, heads, d_k, dtype=torch.float64)
+    for b in range(batch):
+        for h in range(heads):
+            for i in range(seq_q):
+                allowed = [j for j in range(seq_k) if mask[i, j, 0]]
+                q_i = rope(q[i, b, h], seq_k - seq_q + i)
+                scores = torch.tensor([float(q_i @ rope(k[j, b, h], j)) / math.sqrt(d_k) for j in allowed],
+                                      dtype=torch.float64)
+                weights = torch.softmax(scores, 0)
+                result[i, b, h] = sum(w * v[j, b, h] for w, j in zip(weights, allowed))
+    return attn.output(result.reshape(seq_q, batch, heads * d_k))
+
+
+@pytest.mark.parametrize('seq_q, seq_k, fraction', [(5, 5, 1.0), (3, 7, 1.0), (4, 4, 0.5)])
+def test_rotary_attention_equals_a_naive_loop(seq_q, seq_k, fraction):
+    torch.manual_seed(0)
+    attn = RotaryMultiHeadAttention(2, 16, dropout_prob=0.0, rotary_fraction=fraction).double().eval()
+    query = torch.randn(seq_q, 2, 16, dtype=torch.float64)
+    key, value = torch.randn(seq_k, 2, 16, dtype=torch.float64), torch.randn(seq_k, 2, 16, dtype=torch.float64)
+    # Causal, with the queries the last `seq_q` of the `seq_k` positions
+    mask = torch.ones(seq_q, seq_k, 1, dtype=torch.bool).tril(seq_k - seq_q)
+    with torch.no_grad(), dispatch.recording() as choices:
+        out = attn(query=query, key=key, value=value, mask=mask)
+        expected = _naive(attn, query, key, value, mask)
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+    assert attn.d_rotary == (8 if fraction == 1.0 else 4)
+    attention = [c for c in choices if c.operation == 'attention']
+    assert [c.chosen for c in attention] == ['reference']
+    assert 'overridden get_scores' in str(attention[0])
+
+
+def test_rotary_fraction_is_checked():
+    for bad in (0, 1.5, True, 'all'):
+        with pytest.raises(ValueError, match="rotary_fraction=.* is not accepted: .* in \\(0, 1\\]"):
+            RotaryMultiHeadAttention(2, 16, rotary_fraction=bad)
+    with pytest.raises(ValueError, match="rotates 0 of the 8 features of a head: at least one pair"):
+        RotaryMultiHeadAttention(2, 16, rotary_fraction=0.1)
+
+
+class _Configs(BaseConfigs):
+    transformer: TransformerConfigs
+
+
+def test_the_rotary_option_of_the_configs(labml_experiment):
+    conf = _Configs()
+    labml_experiment.configs(conf, {'transformer.encoder_attn': 'rotary', 'transformer.rotary_fraction': 0.5,
+                                    'transformer.src_embed': 'no_pos', 'transformer.d_model': 16,
+                                    'transformer.n_heads': 2})
+    attn = conf.transformer.encoder_attn
+    assert type(attn) is RotaryMultiHeadAttention and attn.d_rotary == 4
+
+
+@pytest.mark.parametrize('embed', ['fixed_pos', 'learned_pos'])
+def test_rotary_with_a_position_embedding_warns_of_positions_added_twice(labml_experiment, embed):
+    conf = _Configs()
+    labml_experiment.configs(conf, {'transformer.encoder_attn': 'rotary', 'transformer.src_embed': embed,
+                                    'transformer.d_model': 16, 'transformer.n_heads': 2})
+    with pytest.warns(UserWarning, match=f"encoder_attn='rotary' with src_embed='{embed}' adds positions twice.*"
+                                         f"src_embed='no_pos' leaves them to it"):
+        _ = conf.transformer.encoder_attn
+
+
+def test_rotary_with_no_position_embedding_does_not_warn(labml_experiment):
+    conf = _Configs()
+    labml_experiment.configs(conf, {'transformer.decoder_attn': 'rotary', 'transformer.tgt_embed': 'no_pos',
+                                    'transformer.d_model': 16, 'transformer.n_heads': 2})
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        assert type(conf.transformer.decoder_attn) is RotaryMultiHeadAttention
