@@ -16,6 +16,7 @@ from typing import List, Optional
 from labml.configs import aggregate, calculate, option
 from torch import nn
 
+from .alibi_mha import AlibiMultiHeadAttention
 from .config_validation import ValidatedConfigs, chosen_option
 from .feed_forward import FeedForward
 from .mha import MultiHeadAttention
@@ -197,11 +198,20 @@ def _rotary_option(attention_key: str, embed_key: str) -> None:
     calculate(getattr(TransformerConfigs, attention_key), 'rotary', rotary)
 
 
+def _alibi_option(attention_key: str, embed_key: str) -> None:
+    def alibi(c: TransformerConfigs):
+        _warn_positions_twice(c, attention_key, embed_key)
+        return AlibiMultiHeadAttention(c.n_heads, c.d_model, dropout_prob=c.dropout)
+    alibi.__doc__ = "Linear distance biases per head, the paper's slopes (ALiBi, `alibi_mha.py`)"
+    calculate(getattr(TransformerConfigs, attention_key), 'alibi', alibi)
+
+
 # (the encoder's positions come from `src_embed`, the decoder's from `tgt_embed`; the decoder's attention to the
 # encoder output reads the encoder's positions)
-_rotary_option('encoder_attn', 'src_embed')
-_rotary_option('decoder_attn', 'tgt_embed')
-_rotary_option('decoder_mem_attn', 'src_embed')
+for _attention_key, _embed_key in (('encoder_attn', 'src_embed'), ('decoder_attn', 'tgt_embed'),
+                                   ('decoder_mem_attn', 'src_embed')):
+    _rotary_option(_attention_key, _embed_key)
+    _alibi_option(_attention_key, _embed_key)
 
 
 @option(TransformerConfigs.ffn, 'default')

@@ -1,0 +1,60 @@
+r"""
+# Attention with linear biases (`'alibi'`)
+
+From *Train Short, Test Long: Attention with Linear Biases Enables Input Length Extrapolation* (Press et al., 2022).
+No position embeddings: each head $h$ penalises a key by its distance from the query, after the scale,
+
+$$\mathop{softmax}_j\Bigl(\frac{q_i^\top k_j}{\sqrt{d_k}} - m_h\, |i - j|\Bigr)$$
+
+with fixed slopes $m_h$: for $n$ heads, a power of two, the geometric sequence $m_h = 2^{-8h/n}$, $h = 1 \dots n$;
+otherwise the slopes of the largest power of two $2^k < n$, followed by every other slope of the sequence for
+$2^{k+1}$ heads until there are $n$ (the paper's rule).
+
+Positions: the queries are the last `seq_q` of the `seq_k` key positions, as for `'relative'`. A causal decoder
+sees keys $j \le i$, so $|i - j| = i - j$, the paper's bias; an encoder sees the same penalty on both sides.
+"""
+import math
+from typing import List
+
+import torch
+
+from .mha import MultiHeadAttention
+
+
+def alibi_slopes(heads: int) -> List[float]:
+    """The slopes $m_1 \\dots m_n$ of `heads` heads (see the module docstring)."""
+    power = 2 ** math.floor(math.log2(heads))
+    # $2^{-8h/2^k}$, $h = 1 \dots 2^k$
+    slopes = [2 ** (-8 * h / power) for h in range(1, power + 1)]
+    if power < heads:
+        # Every other slope of $2^{k+1}$ heads, $2^{-8h/2^{k+1}}$ for odd $h$, until there are `heads`
+        slopes += [2 ** (-8 * h / (2 * power)) for h in range(1, 2 * power + 1, 2)][:heads - power]
+    return slopes
+
+
+class AlibiMultiHeadAttention(MultiHeadAttention):
+    """
+    Multi-head attention with ALiBi's linear distance biases (and no position embeddings of its own).
+
+    Args:
+        heads, d_model, dropout_prob, bias, impl: as `MultiHeadAttention`.
+
+    Shape:
+        as `MultiHeadAttention`.
+    """
+
+    def __init__(self, heads: int, d_model: int, dropout_prob: float = 0.1, bias: bool = True, *,
+                 impl: str = 'auto'):
+        super().__init__(heads, d_model, dropout_prob=dropout_prob, bias=bias, impl=impl)
+        # $m_h$, fixed (a buffer, so it moves with the module, not a parameter or a checkpoint entry)
+        self.register_buffer('slopes', torch.tensor(alibi_slopes(heads)), persistent=False)
+
+    def get_scores(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        r"""$q_i^\top k_j - m_h |i - j| \sqrt{d_k}$: the scale $1/\sqrt{d_k}$ that follows leaves the paper's
+        $\frac{q_i^\top k_j}{\sqrt{d_k}} - m_h |i - j|$."""
+        seq_q, seq_k = query.shape[0], key.shape[0]
+        # $|i - j|$ with query $i$ at position `seq_k - seq_q + i`, `[seq_q, seq_k]`
+        i = torch.arange(seq_k - seq_q, seq_k, device=query.device)[:, None]
+        distance = (i - torch.arange(seq_k, device=query.device)[None, :]).abs()
+        bias = distance[:, :, None, None].to(query.dtype) * self.slopes.to(query.dtype) / self.scale
+        return super().get_scores(query, key) - bias
