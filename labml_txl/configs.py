@@ -23,6 +23,7 @@ from .mha import MultiHeadAttention
 from .presets import PRESETS, TRAINING_COLUMNS
 from .relative_mha import RelativeMultiHeadAttention
 from .rotary_mha import RotaryMultiHeadAttention
+from .t5_bias_mha import T5BiasMultiHeadAttention
 from .xl import MemTransformerLM
 from .models import (Decoder, Encoder, EncoderDecoder, EmbeddingsWithLearnedPositionalEncoding,
                      EmbeddingsWithPositionalEncoding, Generator, TransformerLayer)
@@ -133,6 +134,9 @@ class TransformerConfigs(ValidatedConfigs):
     decoder_mem_attn: MultiHeadAttention = 'mha'
     # The fraction of each head's features that `'rotary'` attention rotates
     rotary_fraction: float = 1.0
+    # `'t5_bias'`: the number of distance buckets, and the distance from which all keys share the last one
+    t5_num_buckets: int = 32
+    t5_max_distance: int = 128
 
     # Configurable feed-forward layer
     ffn: FeedForwardConfigs
@@ -206,12 +210,26 @@ def _alibi_option(attention_key: str, embed_key: str) -> None:
     calculate(getattr(TransformerConfigs, attention_key), 'alibi', alibi)
 
 
+def _t5_bias_option(attention_key: str, embed_key: str) -> None:
+    # A decoder's self-attention is causal: buckets for keys up to the query only
+    bidirectional = attention_key != 'decoder_attn'
+
+    def t5_bias(c: TransformerConfigs):
+        _warn_positions_twice(c, attention_key, embed_key)
+        return T5BiasMultiHeadAttention(c.n_heads, c.d_model, dropout_prob=c.dropout, bidirectional=bidirectional,
+                                        num_buckets=c.t5_num_buckets, max_distance=c.t5_max_distance)
+    direction = 'bidirectional' if bidirectional else 'causal'
+    t5_bias.__doc__ = f"T5's learned bias per head and distance bucket ({direction}, `t5_bias_mha.py`)"
+    calculate(getattr(TransformerConfigs, attention_key), 't5_bias', t5_bias)
+
+
 # (the encoder's positions come from `src_embed`, the decoder's from `tgt_embed`; the decoder's attention to the
 # encoder output reads the encoder's positions)
 for _attention_key, _embed_key in (('encoder_attn', 'src_embed'), ('decoder_attn', 'tgt_embed'),
                                    ('decoder_mem_attn', 'src_embed')):
     _rotary_option(_attention_key, _embed_key)
     _alibi_option(_attention_key, _embed_key)
+    _t5_bias_option(_attention_key, _embed_key)
 
 
 @option(TransformerConfigs.ffn, 'default')
