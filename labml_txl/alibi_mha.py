@@ -19,6 +19,7 @@ from typing import List
 import torch
 
 from .mha import MultiHeadAttention
+from .positional_encoding import query_key_distances
 
 
 def alibi_slopes(heads: int) -> List[float]:
@@ -30,6 +31,12 @@ def alibi_slopes(heads: int) -> List[float]:
         # Every other slope of $2^{k+1}$ heads, $2^{-8h/2^{k+1}}$ for odd $h$, until there are `heads`
         slopes += [2 ** (-8 * h / (2 * power)) for h in range(1, 2 * power + 1, 2)][:heads - power]
     return slopes
+
+
+def alibi_bias(seq_q: int, seq_k: int, slopes: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """$-m_h |i - j|$ `[seq_q, seq_k, 1, heads]`, in the dtype of `like`."""
+    distance = query_key_distances(seq_q, seq_k, like.device).abs()
+    return -distance[:, :, None, None].to(like.dtype) * slopes.to(like.dtype)
 
 
 class AlibiMultiHeadAttention(MultiHeadAttention):
@@ -52,9 +59,5 @@ class AlibiMultiHeadAttention(MultiHeadAttention):
     def get_scores(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         r"""$q_i^\top k_j - m_h |i - j| \sqrt{d_k}$: the scale $1/\sqrt{d_k}$ that follows leaves the paper's
         $\frac{q_i^\top k_j}{\sqrt{d_k}} - m_h |i - j|$."""
-        seq_q, seq_k = query.shape[0], key.shape[0]
-        # $|i - j|$ with query $i$ at position `seq_k - seq_q + i`, `[seq_q, seq_k]`
-        i = torch.arange(seq_k - seq_q, seq_k, device=query.device)[:, None]
-        distance = (i - torch.arange(seq_k, device=query.device)[None, :]).abs()
-        bias = distance[:, :, None, None].to(query.dtype) * self.slopes.to(query.dtype) / self.scale
-        return super().get_scores(query, key) - bias
+        bias = alibi_bias(query.shape[0], key.shape[0], self.slopes, query)
+        return super().get_scores(query, key) + bias / self.scale

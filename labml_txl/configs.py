@@ -428,7 +428,8 @@ _norm_option('rms_norm', 'RMSNorm (Zhang & Sennrich, 2019): re-scaled by the roo
 
 # ## Attention variants by name
 
-for _name, _attn_type in (('relative', 0), ('learnable', 1), ('absolute', 2), ('absolute_deeper', 3)):
+for _name, _attn_type in (('relative', 0), ('learnable', 1), ('absolute', 2), ('absolute_deeper', 3), ('rotary', 4),
+                          ('alibi', 5), ('t5_bias', 6)):
     aggregate(TransformerXLConfigs.attention, _name, (TransformerXLConfigs.attn_type, _attn_type))
 
 

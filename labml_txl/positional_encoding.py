@@ -90,3 +90,10 @@ def relative_distances(qlen: int, klen: int, *, bidirectional: bool, clamp_len: 
     if clamp_len > 0:
         distances = distances.clamp(min=-clamp_len, max=clamp_len)
     return distances
+
+
+def query_key_distances(seq_q: int, seq_k: int, device: Optional[torch.device] = None) -> torch.Tensor:
+    r"""$i - j$ for query $i$ and key $j$ when the queries are the last `seq_q` of the `seq_k` positions (a memory, if
+    any, first), `[seq_q, seq_k]`: positive for keys before the query."""
+    i = torch.arange(seq_k - seq_q, seq_k, device=device)[:, None]
+    return i - torch.arange(seq_k, device=device)[None, :]

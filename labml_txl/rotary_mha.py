@@ -39,6 +39,14 @@ def rotate(x: torch.Tensor, positions: torch.Tensor, d_rotary: int) -> torch.Ten
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)
 
 
+def rotate_queries_and_keys(query: torch.Tensor, key: torch.Tensor, d_rotary: int):
+    """`query` and `key` `[len, batch, heads, d_k]` rotated by their positions, the queries being the last of the keys'
+    positions."""
+    seq_q, seq_k = query.shape[0], key.shape[0]
+    key_positions = torch.arange(seq_k, device=key.device)
+    return rotate(query, key_positions[seq_k - seq_q:], d_rotary), rotate(key, key_positions, d_rotary)
+
+
 class RotaryMultiHeadAttention(MultiHeadAttention):
     """
     Multi-head attention with rotary position embeddings of the queries and keys.
@@ -66,7 +74,4 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
 
     def get_scores(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         r"""$A_{m,n} = \mathop{RoPE}(q_m, m)^\top \mathop{RoPE}(k_n, n)$ (see the module docstring)."""
-        seq_q, seq_k = query.shape[0], key.shape[0]
-        key_positions = torch.arange(seq_k, device=key.device)
-        return super().get_scores(rotate(query, key_positions[seq_k - seq_q:], self.d_rotary),
-                                  rotate(key, key_positions, self.d_rotary))
+        return super().get_scores(*rotate_queries_and_keys(query, key, self.d_rotary))

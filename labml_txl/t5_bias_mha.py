@@ -23,6 +23,7 @@ from torch import nn
 
 from .errors import require_bool, require_positive_int
 from .mha import MultiHeadAttention
+from .positional_encoding import query_key_distances
 
 
 def relative_position_bucket(distance: torch.Tensor, bidirectional: bool, num_buckets: int,
@@ -43,6 +44,15 @@ def relative_position_bucket(distance: torch.Tensor, bidirectional: bool, num_bu
                                / math.log(max_distance / max_exact) * (num_buckets - max_exact)).long()
     logarithmic = logarithmic.clamp(max=num_buckets - 1)
     return bucket + torch.where(distance < max_exact, distance, logarithmic)
+
+
+def t5_bias(seq_q: int, seq_k: int, bias: nn.Embedding, bidirectional: bool, num_buckets: int, max_distance: int,
+            like: torch.Tensor) -> torch.Tensor:
+    """$b_{h, \\mathop{bucket}(i - j)}$ `[seq_q, seq_k, 1, heads]` from the table `bias` `[num_buckets, heads]`, in the
+    dtype of `like`."""
+    buckets = relative_position_bucket(query_key_distances(seq_q, seq_k, like.device), bidirectional, num_buckets,
+                                       max_distance)
+    return bias(buckets)[:, :, None, :].to(like.dtype)
 
 
 class T5BiasMultiHeadAttention(MultiHeadAttention):
@@ -79,11 +89,6 @@ class T5BiasMultiHeadAttention(MultiHeadAttention):
     def get_scores(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         r"""$q_i^\top k_j + b_{h, \mathop{bucket}(i - j)} \sqrt{d_k}$: the scale that follows leaves
         $\frac{q_i^\top k_j}{\sqrt{d_k}} + b_{h, \mathop{bucket}(i - j)}$."""
-        seq_q, seq_k = query.shape[0], key.shape[0]
-        # $n = i - j$ with query $i$ at position `seq_k - seq_q + i`, `[seq_q, seq_k]`
-        i = torch.arange(seq_k - seq_q, seq_k, device=query.device)[:, None]
-        distance = i - torch.arange(seq_k, device=query.device)[None, :]
-        buckets = relative_position_bucket(distance, self.bidirectional, self.num_buckets, self.max_distance)
-        # `[seq_q, seq_k, 1, heads]`
-        bias = self.relative_attention_bias(buckets)[:, :, None, :].to(query.dtype) / self.scale
-        return super().get_scores(query, key) + bias
+        bias = t5_bias(query.shape[0], key.shape[0], self.relative_attention_bias, self.bidirectional,
+                       self.num_buckets, self.max_distance, query)
+        return super().get_scores(query, key) + bias / self.scale

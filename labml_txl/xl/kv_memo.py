@@ -8,7 +8,7 @@ was computed. Keeping them saves projecting the whole memory again at every segm
 (generation) that is the difference between $O(L\,d^2)$ and $O(d^2 + L\,d)$ work per token for a memory of $L$.
 
 Only where that is exact: evaluation without gradients (where `dispatch.Plan.keeps_caches`), for the attention
-types whose memory is projected as is (0 and 1; types 2 and 3 add positions that move with the window). An entry
+types whose memory is projected as is (all but 2 and 3, which add positions that move with the window). An entry
 is used only for the very tensor it was made with (held, so its identity stays meaningful) and while the layer's
 parameters are unchanged (same tensors, same version counters: an optimizer step or `load_state_dict` bumps them).
 """

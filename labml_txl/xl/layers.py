@@ -7,7 +7,8 @@ One class per attention type, as in the original, so parameter names match its c
 
 * `RelPartialLearnableDecoderLayer`: `attn_type` 0, the paper's relative attention;
 * `RelLearnableDecoderLayer`: `attn_type` 1, learned relative embeddings;
-* `DecoderLayer`: `attn_type` 2 and 3, absolute positions added to the inputs by the model.
+* `DecoderLayer`: `attn_type` 2 and 3, absolute positions added to the inputs by the model, and 4 to 6, positions in
+  the attention's scores (`position_scheme_attn.py`).
 
 `mems_kv`, `plan` and `return_kv` go to the attention as it takes them (`xl/attention_base.py`); with `return_kv`
 the layer returns its output and the attention's `KeysValues`.
@@ -85,17 +86,18 @@ class RelLearnableDecoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """
     Args:
-        as `RelLearnableDecoderLayer`.
+        as `RelLearnableDecoderLayer`; attn_class: `MultiHeadAttn` or a scheme on its score hook
+        (`position_scheme_attn.py`).
 
     Shape:
         see `MultiHeadAttn`; output `[qlen, bsz, d_model]`.
     """
 
     def __init__(self, n_head: int, d_model: int, d_head: int, d_inner: int, dropout: float,
-                 dropatt: float = 0.0, pre_lnorm: bool = False, norm: str = 'layer_norm'):
+                 dropatt: float = 0.0, pre_lnorm: bool = False, norm: str = 'layer_norm',
+                 attn_class: type = MultiHeadAttn):
         super().__init__()
-        self.dec_attn = MultiHeadAttn(n_head, d_model, d_head, dropout, dropatt=dropatt, pre_lnorm=pre_lnorm,
-                                      norm=norm)
+        self.dec_attn = attn_class(n_head, d_model, d_head, dropout, dropatt=dropatt, pre_lnorm=pre_lnorm, norm=norm)
         self.pos_ff = PositionwiseFF(d_model, d_inner, dropout, pre_lnorm=pre_lnorm, norm=norm)
 
     def forward(self, dec_inp: torch.Tensor, dec_attn_mask: Optional[torch.Tensor] = None,

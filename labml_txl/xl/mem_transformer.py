@@ -65,10 +65,12 @@ from .init import check_init, init_weights
 from .kv_memo import KeyValueMemo
 from .layers import DecoderLayer, RelLearnableDecoderLayer, RelPartialLearnableDecoderLayer
 from .log_uniform_sampler import LogUniformSampler, sample_logits
+from .multi_head_attn import MultiHeadAttn
+from .position_scheme_attn import SCHEME_ATTENTIONS
 from .positional_embedding import PositionalEmbedding
 from .rel_learnable_attn import last_rows
 
-ATTN_TYPES = (0, 1, 2, 3)
+ATTN_TYPES = (0, 1, 2, 3, 4, 5, 6)
 
 
 class MemTransformerLM(nn.Module):
@@ -95,7 +97,9 @@ class MemTransformerLM(nn.Module):
         cutoffs: cluster boundaries of the adaptive embedding and softmax; `[]` for a plain softmax.
         adapt_inp: kept for the original's signature (it did not use it).
         same_length: every query attends to the same number of keys (`mem_len`).
-        attn_type: 0 relative (the paper), 1 learned relative, 2 absolute sinusoidal, 3 learned absolute.
+        attn_type: 0 relative (the paper), 1 learned relative, 2 absolute sinusoidal, 3 learned absolute; (new)
+            4 rotary, 5 ALiBi, 6 T5 bias, on the absolute attention's score hook (`position_scheme_attn.py`);
+            `clamp_len` does not apply to them (T5's buckets stop at 128 of their own).
         clamp_len: clip distances (types 0, 2) or the learned table (type 1) at this length; `<= 0` for none.
         sample_softmax: `> 0` trains with a sampled softmax over that many (times 2) log-uniform draws
             (and evaluates with the full softmax of `out_layer`); `<= 0` uses the adaptive softmax `crit`.
@@ -146,6 +150,7 @@ class MemTransformerLM(nn.Module):
             require_bool(name, value)
         if attn_type not in ATTN_TYPES:
             raise ValueError(f"attn_type={attn_type!r} is not accepted: 0 (relative, the paper's), "
+                             f"4 (rotary), 5 (alibi), 6 (t5_bias), "
                              f"1 (learned relative), 2 (absolute sinusoidal) or 3 (learned absolute)")
         if attn_type in (0, 2) and d_model % 2 != 0:
             raise ValueError(f"d_model={d_model} is not accepted with attn_type={attn_type}: its sinusoidal "
@@ -167,7 +172,7 @@ class MemTransformerLM(nn.Module):
                              f"(or the default [False], tying none)")
         ext_len = 0 if ext_len is None else ext_len
         mem_len = 0 if mem_len is None else mem_len
-        check_lengths(tgt_len, ext_len, mem_len, allow_none_tgt=attn_type in (0, 2))
+        check_lengths(tgt_len, ext_len, mem_len, allow_none_tgt=attn_type in (0, 2, 4, 5, 6))
         self._check_same_length(same_length, mem_len)
         if isinstance(clamp_len, bool) or not isinstance(clamp_len, int):
             raise ValueError(f"clamp_len={clamp_len!r} is not accepted: an integer (<= 0 for no clipping)")
@@ -218,7 +223,7 @@ class MemTransformerLM(nn.Module):
                                                  pre_lnorm=pre_lnorm, norm=norm)
             else:
                 layer = DecoderLayer(n_head, d_model, d_head, d_inner, dropout, dropatt=dropatt, pre_lnorm=pre_lnorm,
-                                     norm=norm)
+                                     norm=norm, attn_class=SCHEME_ATTENTIONS.get(attn_type, MultiHeadAttn))
             self.layers.append(layer)
 
         self.sample_softmax = sample_softmax
@@ -406,8 +411,8 @@ class MemTransformerLM(nn.Module):
         dec_attn_mask = self._cached(plan, ('mask', qlen, mlen, self.mem_len, self.same_length, word_emb.device),
                                      lambda: self._attn_mask(qlen, mlen, word_emb.device))
         # Without gradients, the keys and values of each memory are kept for the next segment (`kv_memo.py`), for
-        # the types whose memory is projected as it is (0 and 1)
-        keep_kv = plan.keeps_caches and self.attn_type in (0, 1) and self.mem_len > 0
+        # the types whose memory is projected as it is (all but 2 and 3)
+        keep_kv = plan.keeps_caches and self.attn_type in (0, 1, 4, 5, 6) and self.mem_len > 0
         if not keep_kv:
             self._kv_memo.clear()
 
@@ -452,6 +457,9 @@ class MemTransformerLM(nn.Module):
             if self.clamp_len > 0:
                 r_emb, r_bias = r_emb[-self.clamp_len:], r_bias[-self.clamp_len:]
             return core_out, mems_i, (r_emb, self.r_w_bias[i], r_bias)
+        if self.attn_type >= 4:
+            # Positions in the attention's scores: nothing added
+            return core_out, mems_i, ()
         if self.attn_type == 2:
             if i > 0:
                 return core_out, mems_i, ()
