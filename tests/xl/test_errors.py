@@ -118,8 +118,8 @@ def test_target_longer_than_data():
 
 
 def test_other_constructor_arguments():
-    with raises(ValueError, 'attn_type=4'):
-        MemTransformerLM(**small_config(attn_type=4))
+    with raises(ValueError, 'attn_type=7', '4 (rotary), 5 (alibi), 6 (t5_bias)'):
+        MemTransformerLM(**small_config(attn_type=7))
     with raises(ValueError, 'untie_r=True', 'attn_type=2'):
         MemTransformerLM(**small_config(attn_type=2, untie_r=True))
     with raises(ValueError, 'same_length=True', 'mem_len=0'):
