@@ -35,21 +35,17 @@ from torch.nn import functional as F
 from . import prepacked_linear
 from .attention_heads import composite_attention, sdpa_attention
 from .attention_mask import decoder_key_window, heads_mask
+from .errors import require_one_of
 from .native import attention as native_attention
 from .native import dropout as native_dropout
 from .native import layer_norm as native_layer_norm
 from .native.build import native_kernels_enabled
 from .relative_attention import RelativeTerms, attention, scores_of_terms
 
-IMPLS = ('auto', 'reference')
-
-
 def check_impl(impl: str) -> str:
     """`impl`, or a `ValueError` naming what is accepted."""
-    if impl not in IMPLS:
-        raise ValueError(f"impl={impl!r} is not accepted: 'auto' (the fastest implementation that serves each call) "
-                         f"or 'reference' (the readable specification, to compare against)")
-    return impl
+    return require_one_of('impl', impl, {'auto': 'the fastest implementation that serves each call',
+                                         'reference': 'the readable specification, to compare against'})
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ Every user error in this package names the argument, the value it got and what i
 These helpers keep the wording of those messages the same everywhere.
 """
 import difflib
-from typing import Iterable
+from typing import Dict, Iterable
 
 
 def describe_choices(accepted: Iterable[str]) -> str:
@@ -42,3 +42,11 @@ def require_positive_int(name: str, value, *, allow_zero: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
         accepted = 'a non-negative integer' if allow_zero else 'a positive integer'
         raise ValueError(f"{name}={value!r} is not accepted: {name} must be {accepted}")
+
+
+def require_one_of(name: str, value, accepted: Dict[str, str]) -> str:
+    """`value`, or a `ValueError` naming each accepted value with what it means (`accepted`: value to meaning)."""
+    if not isinstance(value, str) or value not in accepted:
+        choices = ' or '.join(f'{choice!r} ({meaning})' for choice, meaning in accepted.items())
+        raise ValueError(f"{name}={value!r} is not accepted: {choices}")
+    return value

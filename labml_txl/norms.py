@@ -15,15 +15,11 @@ whichever it uses.
 """
 from torch import nn
 
-NORMS = ('layer_norm', 'rms_norm')
-
+from .errors import require_one_of
 
 def check_norm(norm: str) -> str:
     """`norm`, or a `ValueError` naming what is accepted."""
-    if norm not in NORMS:
-        raise ValueError(f"norm={norm!r} is not accepted: 'layer_norm' (LayerNorm) or 'rms_norm' (RMSNorm, "
-                         f"Zhang & Sennrich 2019)")
-    return norm
+    return require_one_of('norm', norm, {'layer_norm': 'LayerNorm', 'rms_norm': 'RMSNorm, Zhang & Sennrich 2019'})
 
 
 def make_norm(norm: str, d_model: int, eps: float = 1e-5) -> nn.Module:
