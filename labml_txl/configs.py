@@ -192,44 +192,38 @@ def _warn_positions_twice(c: TransformerConfigs, attention_key: str, embed_key: 
                       f"encodes them already; {embed_key}='no_pos' leaves them to it", UserWarning, stacklevel=2)
 
 
-def _rotary_option(attention_key: str, embed_key: str) -> None:
-    def rotary(c: TransformerConfigs):
-        _warn_positions_twice(c, attention_key, embed_key)
-        return RotaryMultiHeadAttention(c.n_heads, c.d_model, dropout_prob=c.dropout,
-                                        rotary_fraction=c.rotary_fraction)
-    rotary.__doc__ = ("Rotary position embeddings of queries and keys (RoFormer, `rotary_mha.py`), "
-                      "`rotary_fraction` of the features")
-    calculate(getattr(TransformerConfigs, attention_key), 'rotary', rotary)
-
-
-def _alibi_option(attention_key: str, embed_key: str) -> None:
-    def alibi(c: TransformerConfigs):
-        _warn_positions_twice(c, attention_key, embed_key)
-        return AlibiMultiHeadAttention(c.n_heads, c.d_model, dropout_prob=c.dropout)
-    alibi.__doc__ = "Linear distance biases per head, the paper's slopes (ALiBi, `alibi_mha.py`)"
-    calculate(getattr(TransformerConfigs, attention_key), 'alibi', alibi)
-
-
-def _t5_bias_option(attention_key: str, embed_key: str) -> None:
-    # A decoder's self-attention is causal: buckets for keys up to the query only
+def _scheme_option(name: str, doc: str, build, attention_key: str, embed_key: str) -> None:
+    """Register `build(c, bidirectional)` as the option `name` of `attention_key`, warning when `embed_key` adds
+    positions too. A decoder's self-attention is causal (`bidirectional=False`); the other two attentions are not."""
     bidirectional = attention_key != 'decoder_attn'
 
-    def t5_bias(c: TransformerConfigs):
+    def scheme(c: TransformerConfigs):
         _warn_positions_twice(c, attention_key, embed_key)
-        return T5BiasMultiHeadAttention(c.n_heads, c.d_model, dropout_prob=c.dropout, bidirectional=bidirectional,
-                                        num_buckets=c.t5_num_buckets, max_distance=c.t5_max_distance)
-    direction = 'bidirectional' if bidirectional else 'causal'
-    t5_bias.__doc__ = f"T5's learned bias per head and distance bucket ({direction}, `t5_bias_mha.py`)"
-    calculate(getattr(TransformerConfigs, attention_key), 't5_bias', t5_bias)
+        return build(c, bidirectional)
+    scheme.__doc__ = doc.format(direction='bidirectional' if bidirectional else 'causal')
+    calculate(getattr(TransformerConfigs, attention_key), name, scheme)
+
+
+_SCHEMES = [
+    ('rotary', "Rotary position embeddings of queries and keys (RoFormer, `rotary_mha.py`), `rotary_fraction` of "
+               "the features",
+     lambda c, bidirectional: RotaryMultiHeadAttention(c.n_heads, c.d_model, dropout_prob=c.dropout,
+                                                       rotary_fraction=c.rotary_fraction)),
+    ('alibi', "Linear distance biases per head, the paper's slopes (ALiBi, `alibi_mha.py`)",
+     lambda c, bidirectional: AlibiMultiHeadAttention(c.n_heads, c.d_model, dropout_prob=c.dropout)),
+    ('t5_bias', "T5's learned bias per head and distance bucket ({direction}, `t5_bias_mha.py`)",
+     lambda c, bidirectional: T5BiasMultiHeadAttention(c.n_heads, c.d_model, dropout_prob=c.dropout,
+                                                       bidirectional=bidirectional, num_buckets=c.t5_num_buckets,
+                                                       max_distance=c.t5_max_distance)),
+]
 
 
 # (the encoder's positions come from `src_embed`, the decoder's from `tgt_embed`; the decoder's attention to the
 # encoder output reads the encoder's positions)
 for _attention_key, _embed_key in (('encoder_attn', 'src_embed'), ('decoder_attn', 'tgt_embed'),
                                    ('decoder_mem_attn', 'src_embed')):
-    _rotary_option(_attention_key, _embed_key)
-    _alibi_option(_attention_key, _embed_key)
-    _t5_bias_option(_attention_key, _embed_key)
+    for _name, _doc, _build in _SCHEMES:
+        _scheme_option(_name, _doc, _build, _attention_key, _embed_key)
 
 
 @option(TransformerConfigs.ffn, 'default')
