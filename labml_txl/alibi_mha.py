@@ -14,12 +14,14 @@ Positions: the queries are the last `seq_q` of the `seq_k` key positions, as for
 sees keys $j \le i$, so $|i - j| = i - j$, the paper's bias; an encoder sees the same penalty on both sides.
 """
 import math
-from typing import List
+from typing import List, Optional
 
 import torch
 
+from .dispatch import Plan
 from .mha import MultiHeadAttention
-from .positional_encoding import query_key_distances
+from .positional_encoding import relative_distances
+from .relative_attention import RelativeTerms
 
 
 def alibi_slopes(heads: int) -> List[float]:
@@ -33,10 +35,12 @@ def alibi_slopes(heads: int) -> List[float]:
     return slopes
 
 
-def alibi_bias(seq_q: int, seq_k: int, slopes: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """$-m_h |i - j|$ `[seq_q, seq_k, 1, heads]`, in the dtype of `like`."""
-    distance = query_key_distances(seq_q, seq_k, like.device).abs()
-    return -distance[:, :, None, None].to(like.dtype) * slopes.to(like.dtype)
+def alibi_entry_bias(distances: torch.Tensor, slopes: torch.Tensor, scale: float) -> torch.Tensor:
+    r"""$-m_h |d| / \mathit{scale}$ for each distance $d$ of a relative table `[rlen]`, as the bias per entry of
+    `RelativeTerms` `[heads, rlen]`: it is added before the attention's scale, which leaves the paper's
+    $-m_h |i - j|$. In the dtype of `distances`."""
+    # $-m_h |d|$, `[heads, rlen]`
+    return -slopes.to(distances.dtype)[:, None] * distances.abs()[None, :] / scale
 
 
 class AlibiMultiHeadAttention(MultiHeadAttention):
@@ -56,8 +60,8 @@ class AlibiMultiHeadAttention(MultiHeadAttention):
         # $m_h$, fixed (a buffer, so it moves with the module, not a parameter or a checkpoint entry)
         self.register_buffer('slopes', torch.tensor(alibi_slopes(heads)), persistent=False)
 
-    def get_scores(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-        r"""$q_i^\top k_j - m_h |i - j| \sqrt{d_k}$: the scale $1/\sqrt{d_k}$ that follows leaves the paper's
-        $\frac{q_i^\top k_j}{\sqrt{d_k}} - m_h |i - j|$."""
-        bias = alibi_bias(query.shape[0], key.shape[0], self.slopes, query)
-        return super().get_scores(query, key) + bias / self.scale
+    def position_terms(self, plan: Plan, seq_q: int, seq_k: int, like: torch.Tensor) -> Optional[RelativeTerms]:
+        r"""$q_i^\top k_j - m_h |i - j| \sqrt{d_k}$ before the scale $1/\sqrt{d_k}$, which leaves the paper's
+        $\frac{q_i^\top k_j}{\sqrt{d_k}} - m_h |i - j|$: a bias per distance of the encoder's table (every pair)."""
+        distances = relative_distances(seq_q, seq_k, bidirectional=True, dtype=like.dtype, device=like.device)
+        return RelativeTerms(entry_bias=alibi_entry_bias(distances, self.slopes, self.scale))

@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .attention_mask import heads_mask
+from .positional_encoding import rotate
 from .relative_attention import RelativeTerms, masked_softmax
 
 
@@ -64,17 +65,23 @@ def relative_shift_view(x: torch.Tensor, klen: int) -> torch.Tensor:
     return shifted if rlen - 1 == klen else shifted[..., :klen]
 
 
-def position_terms(q: torch.Tensor, table: torch.Tensor, position_bias: Optional[torch.Tensor],
+def position_terms(q: torch.Tensor, table: Optional[torch.Tensor], position_bias: Optional[torch.Tensor],
                    entry_bias: Optional[torch.Tensor], klen: int, scale: float) -> torch.Tensor:
     r"""
     $\mathit{scale} \cdot \mathop{shift}\bigl((Q + v) R^\top + b\bigr)$ indexed by key position, a view.
 
-    The scale goes on $Q + v$ (four times fewer elements than the scores).
+    The scale goes on $Q + v$ (four times fewer elements than the scores). Without a table the terms are the
+    shifted $b$ alone, the same for every batch row (computed once, broadcast over the batch axis).
 
     Shape:
-        `q` `[batch, heads, qlen, d_head]`, `table` `[heads, rlen, d_head]`, `position_bias` ($v$) `[heads, d_head]`
-        or None, `entry_bias` ($b$) `[heads, rlen]` or None; returns `[batch, heads, qlen, klen]`.
+        `q` `[batch, heads, qlen, d_head]`, `table` `[heads, rlen, d_head]` or None, `position_bias` ($v$)
+        `[heads, d_head]` or None, `entry_bias` ($b$) `[heads, rlen]` or None (not both None); returns
+        `[batch or 1, heads, qlen, klen]`.
     """
+    if table is None:
+        # $\mathit{scale} \cdot b_s$ for every query row, `[1, heads, qlen, L]`, on a padded table
+        b = pad_table(entry_bias[..., None], klen)[..., 0] * scale
+        return relative_shift_view(b[None, :, None].expand(1, -1, q.shape[-2], -1).contiguous(), klen)
     q_v = (q if position_bias is None else q + position_bias[:, None]) * scale
     # $(Q + v) R^\top$ per table entry, on a table padded so that the shift is a view
     terms = torch.matmul(q_v, pad_table(table, klen).transpose(-1, -2))
@@ -83,9 +90,9 @@ def position_terms(q: torch.Tensor, table: torch.Tensor, position_bias: Optional
     return relative_shift_view(terms, klen)
 
 
-def relative_scores(q: torch.Tensor, k: torch.Tensor, table: torch.Tensor, content_bias: Optional[torch.Tensor],
-                    position_bias: Optional[torch.Tensor], entry_bias: Optional[torch.Tensor],
-                    scale: float) -> torch.Tensor:
+def relative_scores(q: torch.Tensor, k: torch.Tensor, table: Optional[torch.Tensor],
+                    content_bias: Optional[torch.Tensor], position_bias: Optional[torch.Tensor],
+                    entry_bias: Optional[torch.Tensor], scale: float) -> torch.Tensor:
     r"""
     $\mathit{scale} \cdot A^{rel} = \mathit{scale} \cdot (Q + u) K^\top + \mathit{scale} \cdot
     \mathop{shift}((Q + v) R^\top + b)$, with the sum and the scale of the content term folded into one `baddbmm`.
@@ -97,7 +104,8 @@ def relative_scores(q: torch.Tensor, k: torch.Tensor, table: torch.Tensor, conte
     """
     batch, heads, qlen, d_head = q.shape
     klen = k.shape[-2]
-    shifted = position_terms(q, table, position_bias, entry_bias, klen, scale).reshape(batch * heads, qlen, klen)
+    shifted = position_terms(q, table, position_bias, entry_bias, klen, scale)
+    shifted = shifted.expand(batch, heads, qlen, klen).reshape(batch * heads, qlen, klen)
     q_u = q if content_bias is None else q + content_bias[:, None]
     # $\mathit{shifted} + \mathit{scale} \cdot (Q + u) K^\top$ in one product
     score = torch.baddbmm(shifted, q_u.reshape(batch * heads, qlen, d_head),
@@ -105,25 +113,48 @@ def relative_scores(q: torch.Tensor, k: torch.Tensor, table: torch.Tensor, conte
     return score.view(batch, heads, qlen, klen)
 
 
+def rotate_heads(q: torch.Tensor, k: torch.Tensor, k_memory: Optional[torch.Tensor], d_rotary: int
+                 ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+    """
+    Head-major queries and keys rotated by position (`positional_encoding.rotate`): the memory's keys at
+    `0 .. mlen - 1`, the segment's after them, the queries the last `qlen` of all `klen`.
+
+    Shape:
+        `q` `[batch, heads, qlen, d_head]`, `k` `[batch, heads, len, d_head]`, `k_memory`
+        `[batch, heads, mlen, d_head]` or None; returns the three rotated (the last None without a memory).
+    """
+    mlen = 0 if k_memory is None else k_memory.shape[-2]
+    klen = mlen + k.shape[-2]
+    positions = torch.arange(klen, device=q.device)
+    q = rotate(q, positions[klen - q.shape[-2]:], d_rotary, seq_dim=-2)
+    k = rotate(k, positions[mlen:], d_rotary, seq_dim=-2)
+    if k_memory is not None:
+        k_memory = rotate(k_memory, positions[:mlen], d_rotary, seq_dim=-2)
+    return q, k, k_memory
+
+
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, values: torch.Tensor, scale: float,
                    masked: Optional[torch.Tensor], terms: Optional[RelativeTerms]) -> torch.Tensor:
     r"""
     $\sum_j \mathop{softmax}_j(\mathit{scale} \cdot A_{i,j})\, v_j$ by `scaled_dot_product_attention`: on $(Q + u, K,
     V)$ with the position terms $\mathit{scale} \cdot \mathop{shift}((Q + v) R^\top + b)$ as its additive bias
-    ($-\infty$ where masked), or with the boolean mask alone without `terms`. No row may be fully masked.
+    ($-\infty$ where masked), or with the boolean mask alone without them. The queries and keys come rotated where
+    `terms` rotate them (`rotate_heads`). No row may be fully masked.
 
     Shape:
         `q`, `k`, `values` `[batch, heads, len, d_head]`; `masked` True where masked, `[qlen, klen]` or
         `[qlen or 1, klen, batch or 1]`. Returns `[qlen, batch, heads * d_head]`.
     """
     masked = heads_mask(masked)
-    if terms is None:
+    if terms is None or not terms.has_position_scores:
         bias = None if masked is None else ~masked
     else:
         bias = position_terms(q, terms.table, terms.position_bias, terms.entry_bias, k.shape[-2], scale)
         # (`where` reads the view and the mask once; `masked_fill` would copy the view first)
         bias = (bias.contiguous() if masked is None else torch.where(masked, float('-inf'), bias)).to(q.dtype)
-        q = q if terms.content_bias is None else q + terms.content_bias[:, None]
+    if terms is not None and terms.content_bias is not None:
+        # $Q + u$
+        q = q + terms.content_bias[:, None]
     return merge_heads(F.scaled_dot_product_attention(q, k, values, attn_mask=bias, scale=scale))
 
 
@@ -139,8 +170,9 @@ def composite_attention(q: torch.Tensor, k: torch.Tensor, values: torch.Tensor, 
         as `sdpa_attention`; returns `[qlen, batch, heads * d_head]` and the weights `[batch, heads, qlen, klen]`.
     """
     q = q.contiguous()
-    if terms is None:
-        scores = torch.matmul(q, k.transpose(-1, -2)).mul_(scale)
+    if terms is None or not terms.has_position_scores:
+        q_u = q if terms is None or terms.content_bias is None else q + terms.content_bias[:, None]
+        scores = torch.matmul(q_u, k.transpose(-1, -2)).mul_(scale)
     else:
         scores = relative_scores(q, k, terms.table, terms.content_bias, terms.position_bias, terms.entry_bias, scale)
     weights = masked_softmax(scores, heads_mask(masked), dim=-1, inplace=True, rows_may_be_empty=rows_may_be_empty)

@@ -341,12 +341,18 @@ class TransformerXLConfigs(ValidatedConfigs):
     cutoffs: List[int] = []
     adapt_inp: bool = False
     same_length: bool = False
-    # 0 relative (the paper's), 1 learnable relative, 2 absolute, 3 absolute deeper; set by `attention`
+    # 0 relative (the paper's), 1 learnable relative, 2 absolute, 3 absolute deeper, 4 rotary, 5 ALiBi, 6 T5 bias;
+    # set by `attention`
     attn_type: int = 0
     clamp_len: int = -1
     sample_softmax: int = -1
     # Per-layer $u$, $v$ (the authors' TensorFlow code and published WikiText-103 model)
     untie_r: bool = False
+    # The fraction of each head's features that `'rotary'` attention rotates
+    rotary_fraction: float = 1.0
+    # `'t5_bias'`: the number of causal distance buckets, and the distance from which all keys share the last one
+    t5_num_buckets: int = 32
+    t5_max_distance: int = 128
     init: str = 'normal'
     init_range: float = 0.1
     init_std: float = 0.02
@@ -402,7 +408,9 @@ def _mem_transformer(c: TransformerXLConfigs):
                             ext_len=c.ext_len, mem_len=c.mem_len, cutoffs=list(c.cutoffs), adapt_inp=c.adapt_inp,
                             same_length=c.same_length, attn_type=c.attn_type, clamp_len=c.clamp_len,
                             sample_softmax=c.sample_softmax, untie_r=c.untie_r, init=c.init,
-                            init_range=c.init_range, init_std=c.init_std, proj_init_std=c.proj_init_std, norm=c.norm)
+                            init_range=c.init_range, init_std=c.init_std, proj_init_std=c.proj_init_std, norm=c.norm,
+                            rotary_fraction=c.rotary_fraction, t5_num_buckets=c.t5_num_buckets,
+                            t5_max_distance=c.t5_max_distance)
 
 
 # ## Norms by name (`norms.py`)

@@ -25,7 +25,7 @@ layer norm): the original's computation, to compare against. Dropout draws the s
 """
 import contextlib
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterator, List, Optional, Tuple
 
 import torch
@@ -33,7 +33,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from . import prepacked_linear
-from .attention_heads import composite_attention, sdpa_attention
+from .attention_heads import composite_attention, rotate_heads, sdpa_attention
 from .attention_mask import decoder_key_window, heads_mask
 from .errors import require_one_of
 from .native import attention as native_attention
@@ -155,8 +155,8 @@ def _may_mask_a_whole_row(masked: Optional[torch.Tensor], window: Optional[int])
 
 def _kernel_refusal(plan: Plan, q: torch.Tensor, klen: int, terms: Optional[RelativeTerms], window: Optional[int],
                     tensors: List[torch.Tensor]) -> Optional[str]:
-    if terms is None:
-        return 'no relative position terms (the kernel computes relative attention)'
+    if terms is None or terms.table is None:
+        return "no relative table (the kernel computes Transformer-XL's position terms with one)"
     if terms.table.shape[-2] < klen:
         return f'a table of {terms.table.shape[-2]} entries for {klen} keys: the kernel reads one entry per distance'
     if not native_kernels_enabled():
@@ -205,9 +205,9 @@ def choose_attention(plan: Plan, q: torch.Tensor, klen: int, masked: Optional[to
     sdpa = common
     if sdpa is None and need_weights:
         sdpa = 'the weights are asked for (need_weights), which SDPA never shows'
-    if sdpa is None and terms is not None and plan.grad:
-        sdpa = ('gradients are recorded: SDPA has no fused backward for a bias that needs one '
-                '(slower than the composite)')
+    if sdpa is None and terms is not None and plan.grad and any(t.requires_grad for t in terms.tensors()):
+        sdpa = ('gradients are recorded through the position terms: SDPA has no fused backward for a bias that '
+                'needs one (slower than the composite)')
     if sdpa is None and _dropout_active(dropout):
         sdpa = 'attention dropout in training: SDPA would draw its own masks, other than the other paths draw'
     if sdpa is None and masked is not None and plan.compiling:
@@ -225,9 +225,10 @@ def attend(plan: Plan, q: torch.Tensor, k: torch.Tensor, values: torch.Tensor, *
            round_scores_to_float32: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     r"""
     $\mathop{Attn}_i = \sum_j \mathop{softmax}_j(\mathit{scale} \cdot A_{i,j})\, v_j$ over the keys not `masked`,
-    with `dropout` on the weights, by the implementation `choose_attention` picks. $A$ is $q_i^\top k_j$, plus the
-    relative terms when `terms` are given, or whatever `get_scores` computes (labml_nn's hook: the reference then
-    calls it on the seq-first queries and keys).
+    with `dropout` on the weights, by the implementation `choose_attention` picks. $A$ is $q_i^\top k_j$, or as
+    `terms` describe it (`RelativeTerms`: the queries and keys rotated by position, a relative table, a bias per
+    distance), or whatever `get_scores` computes (labml_nn's hook: the reference then calls it on the seq-first
+    queries and keys).
 
     The queries are the last `qlen` of the `klen` key positions. Keys and values come in one part (`k`, `values`)
     or two: the memory's (`k_memory`, `values_memory`) then the segment's; the kernel reads both where they are.
@@ -244,6 +245,10 @@ def attend(plan: Plan, q: torch.Tensor, k: torch.Tensor, values: torch.Tensor, *
     tensors += [] if terms is None else terms.tensors()
     chosen, window = choose_attention(plan, q, klen, masked, terms, get_scores, dropout, need_weights,
                                       round_scores_to_float32, tensors)
+    if chosen != 'reference' and terms is not None and terms.rotary_features:
+        # RoFormer's rotation by position first (the reference rotates inside `scores_of_terms`)
+        q, k, k_memory = rotate_heads(q, k, k_memory, terms.rotary_features)
+        terms = replace(terms, rotary_features=0)
     if chosen == 'kernel':
         needs_grad = plan.grad and any(t.requires_grad for t in [q] + tensors)
         return native_attention.causal_relative_attention(

@@ -8,8 +8,9 @@ $$\mathop{Attention}(Q, K, V) = \underset{seq}{\mathop{softmax}}\Bigl(\frac{Q K^
 computed in $h$ heads of $d_k = d_{model} / h$ features, each with its own projections of the query, key and
 value, then concatenated and projected back to $d_{model}$.
 
-The scores $A_{i,j}$ come from one hook, `get_scores` (labml_nn's), so that a positional scheme is a subclass
-that overrides it (`docs/attention.md` works one through). How the attention is computed is `dispatch.attend`'s
+The scores $A_{i,j}$ come from one hook, `get_scores` (labml_nn's): a positional scheme is a subclass that either
+says what it adds in `position_terms` (the package's schemes: relative, rotary, ALiBi, T5 bias) or overrides
+`get_scores` (`docs/attention.md` works one through). How the attention is computed is `dispatch.attend`'s
 choice: `scaled_dot_product_attention` where it serves, else the head-major composite, or the readable reference
 (`impl='reference'`, or a `get_scores` of a subclass's own, which only the reference calls).
 """
@@ -25,7 +26,7 @@ from .attention_mask import check_mask, masked_keys
 from .dispatch import Plan, check_impl
 from .dropout import Dropout
 from .errors import require_bool, require_positive_int, require_probability
-from .relative_attention import RelativeTerms, dot_product_scores
+from .relative_attention import RelativeTerms, scores_of_terms
 
 
 def check_heads(heads: int, d_model: int) -> int:
@@ -93,21 +94,24 @@ class MultiHeadAttention(nn.Module):
     @dispatch.scores_from_terms
     def get_scores(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         r"""
-        The hook for the scores: $A_{i,j} = q_i^\top k_j$, before the scale $1/\sqrt{d_k}$ and the softmax.
+        The hook for the scores: $A_{i,j} = q_i^\top k_j$ with the position terms of `position_terms` (none here),
+        before the scale $1/\sqrt{d_k}$ and the softmax.
 
         Override it for another positional scheme (labml_nn's `get_scores`); the reference path then calls the
-        override. Where the scores are this formula plus position terms that `position_terms` describes, the
-        faster implementations compute them without calling it.
+        override. A scheme that says what it adds in `position_terms` instead (`RelativeTerms`: a relative table,
+        a bias per distance, a rotation) keeps this hook, and the faster implementations compute the same scores
+        without calling it.
 
         Shape:
             `query` `[seq_q, batch, heads, d_k]`, `key` `[seq_k, batch, heads, d_k]`; returns
             `[seq_q, seq_k, batch, heads]`.
         """
-        return dot_product_scores(query, key)
+        plan = Plan.now(query.device, self.impl)
+        return scores_of_terms(query, key, self.position_terms(plan, query.shape[0], key.shape[0], query))
 
     def position_terms(self, plan: Plan, seq_q: int, seq_k: int, like: torch.Tensor) -> Optional[RelativeTerms]:
-        """The relative position terms that `get_scores` adds to $q_i^\top k_j$, for the fast implementations; None
-        here (no positions in the attention)."""
+        """The position terms of the scores (see `get_scores`) for `seq_q` queries that are the last of `seq_k` key
+        positions, in the dtype and on the device of `like`; None here (no positions in the attention)."""
         return None
 
     def forward(self, *, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

@@ -10,6 +10,9 @@ so sine and cosine of each frequency sit side by side, which needs an even $d_{m
 
 Transformer-XL encodes *distances* with the same frequencies, sines and cosines concatenated rather than
 interleaved (`sinusoidal_embeddings`), for the distances of its relative table (`relative_distances`).
+
+RoFormer (Su et al., 2021) turns the same frequencies into rotations of queries and keys by position (`rotate`;
+the formula is in `rotary_mha.py`, the scheme's page).
 """
 import math
 from typing import Optional
@@ -92,8 +95,32 @@ def relative_distances(qlen: int, klen: int, *, bidirectional: bool, clamp_len: 
     return distances
 
 
-def query_key_distances(seq_q: int, seq_k: int, device: Optional[torch.device] = None) -> torch.Tensor:
-    r"""$i - j$ for query $i$ and key $j$ when the queries are the last `seq_q` of the `seq_k` positions (a memory, if
-    any, first), `[seq_q, seq_k]`: positive for keys before the query."""
-    i = torch.arange(seq_k - seq_q, seq_k, device=device)[:, None]
-    return i - torch.arange(seq_k, device=device)[None, :]
+def rotate(x: torch.Tensor, positions: torch.Tensor, d_rotary: int, seq_dim: int = 0) -> torch.Tensor:
+    r"""
+    RoFormer's rotation (`rotary_mha.py`) of the first `d_rotary` features of `x` by the angles $m \theta_i$ of its
+    `positions` $m$, along the axis `seq_dim`; the other features pass as they are.
+
+    Shape:
+        `x` `[..., d_k]` with `len(positions)` entries on axis `seq_dim` (`[seq, batch, heads, d_k]` by default),
+        `positions` `[seq]`; returns the shape of `x`.
+    """
+    half = d_rotary // 2
+    # $\theta_i = 10000^{-2i/d}$, in float64 for exact angles, then in the dtype of `x`
+    theta = 1.0 / 10000 ** (torch.arange(0, d_rotary, 2, dtype=torch.float64, device=x.device) / d_rotary)
+    # $m \theta_i$, on the axes of `x`: `len(positions)` on `seq_dim`, `d / 2` last
+    shape = [1] * x.dim()
+    shape[seq_dim], shape[-1] = len(positions), half
+    angles = (positions.to(torch.float64)[:, None] * theta).view(shape)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    x1, x2, rest = x[..., :half], x[..., half:d_rotary], x[..., d_rotary:]
+    # $(x^{(i)} \cos m\theta_i - x^{(i+d/2)} \sin m\theta_i,\ x^{(i+d/2)} \cos m\theta_i + x^{(i)} \sin m\theta_i)$
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)
+
+
+def rotate_queries_and_keys(query: torch.Tensor, key: torch.Tensor, d_rotary: int, seq_dim: int = 0):
+    """`query` and `key` rotated by their positions (`rotate`): the keys at `0 .. seq_k - 1`, the queries the last
+    `seq_q` of them (a memory, if any, first)."""
+    seq_q, seq_k = query.shape[seq_dim], key.shape[seq_dim]
+    key_positions = torch.arange(seq_k, device=key.device)
+    return (rotate(query, key_positions[seq_k - seq_q:], d_rotary, seq_dim),
+            rotate(key, key_positions, d_rotary, seq_dim))

@@ -39,12 +39,21 @@ entries further along.
   entries with $j > m + i$ (the future) are not meaningful and must be masked, which a decoder does anyway.
 * **Encoder** (`L = k + q - 1`, distances $k - 1, \dots, -(q - 1)$): every key of every query is exact, so
   nothing has to be masked; keep the first $k$ columns.
+
+## The other schemes on the same terms
+
+The schemes whose positions live in the attention are read through the same two pieces (`RelativeTerms`): a bias
+$b_s$ per table entry, that is per distance, without a table, is ALiBi's $-m_h |i - j|$ and T5's
+$b_{h, \mathop{bucket}(i - j)}$ (`alibi_mha.py`, `t5_bias_mha.py`); RoFormer's rotation of the queries and keys by
+position (`positional_encoding.rotate`) comes before the content term, which is then all there is.
 """
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
 
 import torch
 from torch.nn import functional as F
+
+from .positional_encoding import rotate_queries_and_keys
 
 
 def content_scores(q: torch.Tensor, k: torch.Tensor, u: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -62,17 +71,25 @@ def content_scores(q: torch.Tensor, k: torch.Tensor, u: Optional[torch.Tensor] =
     return torch.einsum('ibnd,jbnd->ijbn', q, k)
 
 
-def position_scores(q: torch.Tensor, r: torch.Tensor, v: Optional[torch.Tensor] = None,
+def position_scores(q: torch.Tensor, r: Optional[torch.Tensor], v: Optional[torch.Tensor] = None,
                     entry_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     r"""
     Terms $(b) + (d) = (q_i + v)^\top r_s$ for every query $i$ and every entry $s$ of the relative table,
     before the shift (column $s$ is the $s$-th distance of the table, not a key position). Attention type 1 of
     the original learns its term (d) per entry instead: `entry_bias` $b_s$, added as it is.
 
+    Without a table (`r` None) the terms are $b_s$ alone, the same for every query: ALiBi's and T5's biases by
+    distance.
+
     Shape:
-        `q` `[qlen, batch, heads, d_head]`, `r` the projected table $W_{k,R} R$ `[rlen, heads, d_head]`,
-        `v` `[heads, d_head]` or None, `entry_bias` `[rlen, heads]` or None; returns `[qlen, rlen, batch, heads]`.
+        `q` `[qlen, batch, heads, d_head]`, `r` the projected table $W_{k,R} R$ `[rlen, heads, d_head]` or None,
+        `v` `[heads, d_head]` or None, `entry_bias` `[rlen, heads]` or None (not both None); returns
+        `[qlen, rlen, batch, heads]`.
     """
+    if r is None:
+        # $b_s$
+        qlen, batch = q.shape[:2]
+        return entry_bias[None, :, None].expand(qlen, -1, batch, -1)
     if v is not None:
         # $q_i + v$
         q = q + v
@@ -106,7 +123,7 @@ def relative_shift(x: torch.Tensor) -> torch.Tensor:
     return x_padded[1:].view_as(x)
 
 
-def relative_attention_scores(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor,
+def relative_attention_scores(q: torch.Tensor, k: torch.Tensor, r: Optional[torch.Tensor],
                               u: Optional[torch.Tensor], v: Optional[torch.Tensor],
                               entry_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     r"""
@@ -116,8 +133,9 @@ def relative_attention_scores(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor,
     Shape:
         `q` `[qlen, batch, heads, d_head]`, `k` `[klen, batch, heads, d_head]`, `r` `[rlen, heads, d_head]`
         with distances `klen - 1` down to `0` (`rlen = klen`, decoder: mask $j > i + klen - qlen$) or further
-        (`rlen = klen + qlen - 1`, encoder: every entry exact); `u`, `v` `[heads, d_head]` or None;
-        `entry_bias` `[rlen, heads]` or None (see `position_scores`). Returns `[qlen, klen, batch, heads]`.
+        (`rlen = klen + qlen - 1`, encoder: every entry exact), or None with an `entry_bias`; `u`, `v`
+        `[heads, d_head]` or None; `entry_bias` `[rlen, heads]` or None (see `position_scores`). Returns
+        `[qlen, klen, batch, heads]`.
     """
     klen = k.shape[0]
     # $(a) + (c) = (q_i + u)^\top k_j$
@@ -133,18 +151,28 @@ def relative_attention_scores(q: torch.Tensor, k: torch.Tensor, r: torch.Tensor,
 @dataclass(frozen=True)
 class RelativeTerms:
     r"""
-    What the faster implementations (`dispatch.py`) take for these scores: the position terms $(q_i + v)^\top r_s +
-    b_s$ at table entry $s = j + q - 1 - i$ and the content bias $u$ of $(q_i + u)^\top k_j$, in the head-major
-    layout of those implementations.
+    What the faster implementations (`dispatch.py`) take for these scores, in their head-major layout: the position
+    terms $(q_i + v)^\top r_s + b_s$ at table entry $s = j + q - 1 - i$, the content bias $u$ of
+    $(q_i + u)^\top k_j$, and the number of features of each head that RoFormer's rotation turns first.
+
+    Every scheme of this package is some of these: Transformer-XL's `table`, `content_bias` and `position_bias`
+    (attention type 1 learns `entry_bias` too); ALiBi's and T5's `entry_bias` alone; rotary's `rotary_features`.
 
     Shape:
-        `table` `[heads, rlen, d_head]` (entry $s$ the distance `klen - 1 - s`; `rlen >= klen`), `content_bias`
-        ($u$) and `position_bias` ($v$) `[heads, d_head]` or None, `entry_bias` ($b$) `[heads, rlen]` or None.
+        `table` `[heads, rlen, d_head]` (entry $s$ the distance `klen - 1 - s`; `rlen >= klen`) or None,
+        `content_bias` ($u$) and `position_bias` ($v$) `[heads, d_head]` or None, `entry_bias` ($b$) `[heads, rlen]`
+        or None (the same distances), `rotary_features` an even number up to `d_head` (0: no rotation).
     """
-    table: torch.Tensor
+    table: Optional[torch.Tensor] = None
     content_bias: Optional[torch.Tensor] = None
     position_bias: Optional[torch.Tensor] = None
     entry_bias: Optional[torch.Tensor] = None
+    rotary_features: int = 0
+
+    @property
+    def has_position_scores(self) -> bool:
+        """Whether there are terms $(q_i + v)^\top r_s + b_s$ (a table or a bias per entry)."""
+        return self.table is not None or self.entry_bias is not None
 
     def tensors(self) -> List[torch.Tensor]:
         return [t for t in (self.table, self.content_bias, self.position_bias, self.entry_bias) if t is not None]
@@ -162,16 +190,23 @@ def dot_product_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
 def scores_of_terms(q: torch.Tensor, k: torch.Tensor, terms: Optional[RelativeTerms]) -> torch.Tensor:
     r"""
-    $A_{i,j}$ as `RelativeTerms` describe it: $q_i^\top k_j$ without terms, else `relative_attention_scores`.
+    $A_{i,j}$ as `RelativeTerms` describe it: $q_i^\top k_j$ without terms; else the queries and keys rotated by
+    position first (`rotary_features`), then `relative_attention_scores` (just $(q_i + u)^\top k_j$ without
+    position scores).
 
     Shape:
         `q` `[qlen, batch, heads, d_head]`, `k` `[klen, batch, heads, d_head]`; returns `[qlen, klen, batch, heads]`.
     """
     if terms is None:
         return dot_product_scores(q, k)
+    if terms.rotary_features:
+        # $\mathop{RoPE}(q_i, m + i)$ and $\mathop{RoPE}(k_j, j)$
+        q, k = rotate_queries_and_keys(q, k, terms.rotary_features)
+    if not terms.has_position_scores:
+        return content_scores(q, k, terms.content_bias)
+    table = None if terms.table is None else terms.table.transpose(0, 1)
     entry_bias = None if terms.entry_bias is None else terms.entry_bias.transpose(0, 1)
-    return relative_attention_scores(q, k, terms.table.transpose(0, 1), terms.content_bias, terms.position_bias,
-                                     entry_bias)
+    return relative_attention_scores(q, k, table, terms.content_bias, terms.position_bias, entry_bias)
 
 
 def masked_softmax(scores: torch.Tensor, masked: Optional[torch.Tensor], dim: int = 1, inplace: bool = False,

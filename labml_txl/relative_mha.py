@@ -17,19 +17,19 @@ with a memory in front of the keys, the memory comes first). Distances run from 
 `-(seq_q - 1)`, so every pair is scored exactly, keys after the query included: an unmasked encoder works, and a
 decoder passes a causal mask as it would to `MultiHeadAttention`.
 
-Everything but the scores is `MultiHeadAttention`'s: this class fills its hook (`get_scores`) and says what the
-position terms are (`position_terms`), so that the dispatcher can run our kernel (under a decoder's causal mask),
-SDPA or the head-major composite for the same numbers.
+Everything but the scores is `MultiHeadAttention`'s: this class says what the position terms are
+(`position_terms`), which its score hook `get_scores` reads as the formula (`relative_attention_scores`), and from
+which the dispatcher runs our kernel (under a decoder's causal mask), SDPA or the head-major composite for the same
+numbers.
 """
 
 import torch
 from torch import nn
 
-from . import dispatch
 from .dispatch import Plan
 from .mha import MultiHeadAttention
 from .positional_encoding import relative_distances, sinusoid_inverse_frequencies, sinusoidal_embeddings
-from .relative_attention import RelativeTerms, scores_of_terms
+from .relative_attention import RelativeTerms
 
 
 class RelativeMultiHeadAttention(MultiHeadAttention):
@@ -88,14 +88,3 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         # $W_{k,R} R_d$
         table = self.r_net(r).unflatten(-1, (self.heads, self.d_k)).transpose(0, 1)
         return RelativeTerms(table, content_bias=self.r_w_bias, position_bias=self.r_r_bias)
-
-    @dispatch.scores_from_terms
-    def get_scores(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-        r"""
-        $A^{rel}_{i,j} = (q_i + u)^\top k_j + (q_i + v)^\top W_{k,R} R_{i-j}$ (`relative_attention_scores`).
-
-        Shape:
-            as `MultiHeadAttention.get_scores`.
-        """
-        plan = Plan.now(query.device, self.impl)
-        return scores_of_terms(query, key, self.position_terms(plan, query.shape[0], key.shape[0], query))

@@ -15,36 +15,32 @@ pass as they are.
 
 Positions: the queries are the last `seq_q` of the `seq_k` key positions, as for `'relative'` (with a memory in
 front of the keys, the memory comes first).
+
+This file says what the scheme adds (`position_terms`: a rotation of so many features); the rotation itself is
+`positional_encoding.rotate`, applied by the score hook's reading of the terms (`relative_attention.scores_of_terms`)
+or, for the faster implementations, to the head-major queries and keys before them (`dispatch.attend`).
 """
+from typing import Optional
+
 import torch
 
+from .dispatch import Plan
 from .mha import MultiHeadAttention
+from .relative_attention import RelativeTerms
 
 
-def rotate(x: torch.Tensor, positions: torch.Tensor, d_rotary: int) -> torch.Tensor:
-    r"""
-    The rotation of the first `d_rotary` features of `x` by the angles $m \theta_i$ of its `positions` $m$.
-
-    Shape:
-        `x` `[seq, batch, heads, d_k]`, `positions` `[seq]`; returns the shape of `x`.
-    """
-    half = d_rotary // 2
-    # $\theta_i = 10000^{-2i/d}$, in float64 for exact angles, then in the dtype of `x`
-    theta = 1.0 / 10000 ** (torch.arange(0, d_rotary, 2, dtype=torch.float64, device=x.device) / d_rotary)
-    # $m \theta_i$, `[seq, 1, 1, d / 2]`
-    angles = (positions.to(torch.float64)[:, None] * theta)[:, None, None, :]
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-    x1, x2, rest = x[..., :half], x[..., half:d_rotary], x[..., d_rotary:]
-    # $(x^{(i)} \cos m\theta_i - x^{(i+d/2)} \sin m\theta_i,\ x^{(i+d/2)} \cos m\theta_i + x^{(i)} \sin m\theta_i)$
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)
-
-
-def rotate_queries_and_keys(query: torch.Tensor, key: torch.Tensor, d_rotary: int):
-    """`query` and `key` `[len, batch, heads, d_k]` rotated by their positions, the queries being the last of the keys'
-    positions."""
-    seq_q, seq_k = query.shape[0], key.shape[0]
-    key_positions = torch.arange(seq_k, device=key.device)
-    return rotate(query, key_positions[seq_k - seq_q:], d_rotary), rotate(key, key_positions, d_rotary)
+def rotary_features(d_k: int, rotary_fraction: float) -> int:
+    """The number of features of a head of `d_k` that `rotary_fraction` rotates (rounded down to an even number), or a
+    `ValueError` naming what is accepted."""
+    if isinstance(rotary_fraction, bool) or not isinstance(rotary_fraction, (int, float)) \
+            or not 0 < rotary_fraction <= 1:
+        raise ValueError(f"rotary_fraction={rotary_fraction!r} is not accepted: the fraction of each head's "
+                         f"features that are rotated, a number in (0, 1]")
+    d_rotary = int(d_k * rotary_fraction) // 2 * 2
+    if d_rotary < 2:
+        raise ValueError(f"rotary_fraction={rotary_fraction} rotates {d_rotary} of the {d_k} features "
+                         f"of a head: at least one pair (2 features) must be rotated")
+    return d_rotary
 
 
 class RotaryMultiHeadAttention(MultiHeadAttention):
@@ -63,15 +59,8 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
     def __init__(self, heads: int, d_model: int, dropout_prob: float = 0.1, bias: bool = True, *,
                  rotary_fraction: float = 1.0, impl: str = 'auto'):
         super().__init__(heads, d_model, dropout_prob=dropout_prob, bias=bias, impl=impl)
-        if isinstance(rotary_fraction, bool) or not isinstance(rotary_fraction, (int, float)) \
-                or not 0 < rotary_fraction <= 1:
-            raise ValueError(f"rotary_fraction={rotary_fraction!r} is not accepted: the fraction of each head's "
-                             f"features that are rotated, a number in (0, 1]")
-        self.d_rotary = int(self.d_k * rotary_fraction) // 2 * 2
-        if self.d_rotary < 2:
-            raise ValueError(f"rotary_fraction={rotary_fraction} rotates {self.d_rotary} of the {self.d_k} features "
-                             f"of a head: at least one pair (2 features) must be rotated")
+        self.d_rotary = rotary_features(self.d_k, rotary_fraction)
 
-    def get_scores(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-        r"""$A_{m,n} = \mathop{RoPE}(q_m, m)^\top \mathop{RoPE}(k_n, n)$ (see the module docstring)."""
-        return super().get_scores(*rotate_queries_and_keys(query, key, self.d_rotary))
+    def position_terms(self, plan: Plan, seq_q: int, seq_k: int, like: torch.Tensor) -> Optional[RelativeTerms]:
+        r"""$A_{m,n} = \mathop{RoPE}(q_m, m)^\top \mathop{RoPE}(k_n, n)$: the first `d_rotary` features rotated."""
+        return RelativeTerms(rotary_features=self.d_rotary)

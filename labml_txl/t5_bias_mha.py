@@ -17,13 +17,16 @@ its unscaled scores.
 Positions: the queries are the last `seq_q` of the `seq_k` key positions, as for `'relative'`.
 """
 import math
+from typing import Optional, Tuple
 
 import torch
 from torch import nn
 
+from .dispatch import Plan
 from .errors import require_bool, require_positive_int
 from .mha import MultiHeadAttention
-from .positional_encoding import query_key_distances
+from .positional_encoding import relative_distances
+from .relative_attention import RelativeTerms
 
 
 def relative_position_bucket(distance: torch.Tensor, bidirectional: bool, num_buckets: int,
@@ -46,13 +49,26 @@ def relative_position_bucket(distance: torch.Tensor, bidirectional: bool, num_bu
     return bucket + torch.where(distance < max_exact, distance, logarithmic)
 
 
-def t5_bias(seq_q: int, seq_k: int, bias: nn.Embedding, bidirectional: bool, num_buckets: int, max_distance: int,
-            like: torch.Tensor) -> torch.Tensor:
-    """$b_{h, \\mathop{bucket}(i - j)}$ `[seq_q, seq_k, 1, heads]` from the table `bias` `[num_buckets, heads]`, in the
-    dtype of `like`."""
-    buckets = relative_position_bucket(query_key_distances(seq_q, seq_k, like.device), bidirectional, num_buckets,
-                                       max_distance)
-    return bias(buckets)[:, :, None, :].to(like.dtype)
+def t5_entry_bias(distances: torch.Tensor, bias: nn.Embedding, bidirectional: bool, num_buckets: int,
+                  max_distance: int, scale: float) -> torch.Tensor:
+    r"""$b_{h, \mathop{bucket}(d)} / \mathit{scale}$ for each distance $d$ of a relative table `[rlen]` (integers), from
+    the table `bias` `[num_buckets, heads]`, as the bias per entry of `RelativeTerms` `[heads, rlen]`: it is added
+    before the attention's scale, which leaves $b_{h, \mathop{bucket}(i - j)}$."""
+    buckets = relative_position_bucket(distances, bidirectional, num_buckets, max_distance)
+    return bias(buckets).transpose(0, 1) / scale
+
+
+def check_t5_buckets(num_buckets: int, max_distance: int, bidirectional: bool,
+                     names: Tuple[str, str] = ('num_buckets', 'max_distance')) -> None:
+    """A `ValueError` naming what is accepted (the arguments by their `names`), unless the settings leave at least
+    one exact bucket and room for the logarithmic ones before `max_distance`."""
+    require_positive_int(names[0], num_buckets)
+    require_positive_int(names[1], max_distance)
+    max_exact = (num_buckets // 2 if bidirectional else num_buckets) // 2
+    if max_exact < 1 or max_distance <= max_exact:
+        raise ValueError(f"{names[0]}={num_buckets}, {names[1]}={max_distance} are not accepted "
+                         f"(bidirectional={bidirectional}): the exact buckets (half of a direction's, here "
+                         f"{max_exact}) must be at least 1 and fewer than {names[1]}")
 
 
 class T5BiasMultiHeadAttention(MultiHeadAttention):
@@ -75,20 +91,16 @@ class T5BiasMultiHeadAttention(MultiHeadAttention):
                  bidirectional: bool = True, num_buckets: int = 32, max_distance: int = 128, impl: str = 'auto'):
         super().__init__(heads, d_model, dropout_prob=dropout_prob, bias=bias, impl=impl)
         require_bool('bidirectional', bidirectional)
-        require_positive_int('num_buckets', num_buckets)
-        require_positive_int('max_distance', max_distance)
-        max_exact = (num_buckets // 2 if bidirectional else num_buckets) // 2
-        if max_exact < 1 or max_distance <= max_exact:
-            raise ValueError(f"num_buckets={num_buckets}, max_distance={max_distance} are not accepted "
-                             f"(bidirectional={bidirectional}): the exact buckets (half of a direction's, here "
-                             f"{max_exact}) must be at least 1 and fewer than max_distance")
+        check_t5_buckets(num_buckets, max_distance, bidirectional)
         self.bidirectional, self.num_buckets, self.max_distance = bidirectional, num_buckets, max_distance
         # $b_{h, \mathop{bucket}}$
         self.relative_attention_bias = nn.Embedding(num_buckets, heads)
 
-    def get_scores(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-        r"""$q_i^\top k_j + b_{h, \mathop{bucket}(i - j)} \sqrt{d_k}$: the scale that follows leaves
-        $\frac{q_i^\top k_j}{\sqrt{d_k}} + b_{h, \mathop{bucket}(i - j)}$."""
-        bias = t5_bias(query.shape[0], key.shape[0], self.relative_attention_bias, self.bidirectional,
-                       self.num_buckets, self.max_distance, query)
-        return super().get_scores(query, key) + bias / self.scale
+    def position_terms(self, plan: Plan, seq_q: int, seq_k: int, like: torch.Tensor) -> Optional[RelativeTerms]:
+        r"""$q_i^\top k_j + b_{h, \mathop{bucket}(i - j)} \sqrt{d_k}$ before the scale $1/\sqrt{d_k}$, which leaves
+        $\frac{q_i^\top k_j}{\sqrt{d_k}} + b_{h, \mathop{bucket}(i - j)}$: a bias per distance of the encoder's table
+        (every pair; a causal one puts the keys after the query in bucket 0)."""
+        distances = relative_distances(seq_q, seq_k, bidirectional=True, dtype=torch.long, device=like.device)
+        entry_bias = t5_entry_bias(distances, self.relative_attention_bias, self.bidirectional, self.num_buckets,
+                                   self.max_distance, self.scale)
+        return RelativeTerms(entry_bias=entry_bias.to(like.dtype))

@@ -4,6 +4,8 @@ reasons it gives for the ones it refuses, and that each implementation (`kernel`
 computes the same attention, forward and backward, as a pair-by-pair computation in float64 and as the reference
 (`relative_attention.py`).
 """
+import math
+
 import pytest
 import torch
 
@@ -19,31 +21,47 @@ from labml_txl.xl.rel_partial_learnable_attn import RelPartialLearnableMultiHead
 from xl.helpers import small_config
 
 
+def _rotated(x, positions, d_rotary):
+    """RoFormer's rotation written pair by pair: features `f` and `f + d/2` at position `m` turned by
+    `m * 10000 ** (-2 f / d)`. Head-major `x`, one position per row of axis -2."""
+    out = x.clone()
+    for row, m in enumerate(positions):
+        for f in range(d_rotary // 2):
+            angle = m * 10000 ** (-2 * f / d_rotary)
+            a, b = x[..., row, f], x[..., row, f + d_rotary // 2]
+            out[..., row, f] = a * math.cos(angle) - b * math.sin(angle)
+            out[..., row, f + d_rotary // 2] = b * math.cos(angle) + a * math.sin(angle)
+    return out
+
+
 def _naive(q, k, values, scale, masked=None, terms=None, score_factor=1.0):
-    r"""Attention written pair by pair in float64: $A_{i,j} = (q_i + u)^\top k_j + (q_i + v)^\top r_s + b_s$ at table
-    entry $s = j + q - 1 - i$ (the position terms only with `terms`; none past the table, where a decoder masks),
-    times `score_factor`, the softmax of $\mathit{scale} \cdot A$ over the keys not masked (none: zero weights),
-    the weighted values. Head-major inputs; returns `[qlen, batch, heads * d]` and the weights `[qlen, klen, batch,
-    heads]`."""
+    r"""Attention written pair by pair in float64: the queries and keys rotated first where the terms say (keys at
+    positions `0 .. klen - 1`, the queries the last `qlen`), then $A_{i,j} = (q_i + u)^\top k_j + (q_i + v)^\top r_s +
+    b_s$ at table entry $s = j + q - 1 - i$ (each term only where the terms have it; none past the table, where a
+    decoder masks), times `score_factor`, the softmax of $\mathit{scale} \cdot A$ over the keys not masked (none: zero
+    weights), the weighted values. Head-major inputs; returns `[qlen, batch, heads * d]` and the weights `[qlen, klen,
+    batch, heads]`."""
     q, k, values = (t.double() for t in (q, k, values))
-    if terms is not None:
-        terms = RelativeTerms(*(None if t is None else t.double() for t in (terms.table, terms.content_bias,
-                                                                            terms.position_bias, terms.entry_bias)))
     batch, heads, qlen, d = q.shape
     klen = k.shape[-2]
+    if terms is not None:
+        table, u, v, b = (None if t is None else t.double() for t in (terms.table, terms.content_bias,
+                                                                      terms.position_bias, terms.entry_bias))
+        if terms.rotary_features:
+            q = _rotated(q, range(klen - qlen, klen), terms.rotary_features)
+            k = _rotated(k, range(klen), terms.rotary_features)
     rows = []
     for i in range(qlen):
         row = []
         for j in range(klen):
             q_i = q[:, :, i]
-            content = q_i if terms is None or terms.content_bias is None else q_i + terms.content_bias
+            content = q_i if terms is None or u is None else q_i + u
             score = (content * k[:, :, j]).sum(-1)
             s = j + qlen - 1 - i
-            if terms is not None and s < terms.table.shape[1]:
-                position = q_i if terms.position_bias is None else q_i + terms.position_bias
-                score = score + (position * terms.table[:, s]).sum(-1)
-                if terms.entry_bias is not None:
-                    score = score + terms.entry_bias[:, s]
+            if terms is not None and table is not None and s < table.shape[1]:
+                score = score + ((q_i if v is None else q_i + v) * table[:, s]).sum(-1)
+            if terms is not None and b is not None and s < b.shape[1]:
+                score = score + b[:, s]
             row.append(score)
         rows.append(torch.stack(row, dim=-1))
     scores = torch.stack(rows, dim=-2) * score_factor * scale
@@ -85,7 +103,8 @@ def _row_masked_mask(qlen, klen, batch):
 
 
 # Each case: the inputs' dtype, gradients or not, the relative terms (a decoder's table of `klen` entries, an
-# encoder's of `klen + qlen - 1`, or none), the mask, what else the call asks for, and the implementation that
+# encoder's of `klen + qlen - 1`, a decoder's bias per entry without a table, a rotation of `D - 1` features, or
+# none), the mask, what else the call asks for, and the implementation that
 # must take it, with a fragment of each refused implementation's reason
 CASES = {
     'kernel': dict(dtype=torch.float32, grad=False, terms='decoder', mask='causal', memory=True,
@@ -99,7 +118,7 @@ CASES = {
     'sdpa-relative-float64': dict(dtype=torch.float64, grad=False, terms='decoder', mask='causal', memory=True,
                                   chosen='sdpa', refused={'kernel': 'float32'}),
     'sdpa-plain-training': dict(dtype=torch.float64, grad=True, terms=None, mask='padding',
-                                chosen='sdpa', refused={'kernel': 'no relative position terms'}),
+                                chosen='sdpa', refused={'kernel': 'no relative table'}),
     'composite-training': dict(dtype=torch.float64, grad=True, terms='encoder', mask='padding',
                                chosen='composite', refused={'kernel': 'float32', 'sdpa': 'gradients'}),
     'composite-training-float32': dict(dtype=torch.float32, grad=True, terms='decoder', mask='padding-causal',
@@ -108,10 +127,23 @@ CASES = {
     'composite-masked-row': dict(dtype=torch.float64, grad=False, terms='decoder', mask='row',
                                  chosen='composite', refused={'kernel': 'float32', 'sdpa': 'every key masked'}),
     'composite-plain-masked-row': dict(dtype=torch.float32, grad=True, terms=None, mask='row',
-                                       chosen='composite', refused={'kernel': 'no relative position terms',
+                                       chosen='composite', refused={'kernel': 'no relative table',
                                                                     'sdpa': 'every key masked'}),
     'composite-weights': dict(dtype=torch.float32, grad=True, terms='decoder', mask='causal', need_weights=True,
                               chosen='composite', refused={'kernel': 'need_weights', 'sdpa': 'need_weights'}),
+    # The schemes with positions in the attention: a bias per distance alone (ALiBi's, T5's), a rotation
+    'sdpa-bias': dict(dtype=torch.float32, grad=False, terms='bias', mask='causal', memory=True,
+                      chosen='sdpa', refused={'kernel': 'no relative table'}),
+    'sdpa-fixed-bias-training': dict(dtype=torch.float64, grad=True, terms='bias', fixed_terms=True, mask='causal',
+                                     chosen='sdpa', refused={'kernel': 'no relative table'}),
+    'composite-learned-bias-training': dict(dtype=torch.float64, grad=True, terms='bias', mask='padding-causal',
+                                            memory=True, chosen='composite',
+                                            refused={'kernel': 'no relative table',
+                                                     'sdpa': 'gradients are recorded through the position terms'}),
+    'sdpa-rotary-training': dict(dtype=torch.float64, grad=True, terms='rotary', mask='causal', memory=True,
+                                 chosen='sdpa', refused={'kernel': 'no relative table'}),
+    'composite-rotary-masked-row': dict(dtype=torch.float32, grad=False, terms='rotary', mask='row', memory=True,
+                                        chosen='composite', refused={'sdpa': 'every key masked'}),
     'reference': dict(dtype=torch.float64, grad=True, terms='decoder', mask='causal', impl='reference',
                       memory=True, chosen='reference',
                       refused={name: "impl='reference'" for name in ('kernel', 'sdpa', 'composite')}),
@@ -133,7 +165,8 @@ def _case_inputs(case):
     klen = QLEN + MLEN
     rlen = klen + QLEN - 1 if case['terms'] == 'encoder' else klen
     q, k, values, table, u, v, b = _inputs(BATCH, HEADS, QLEN, klen, D, rlen, case['dtype'])
-    terms = None if case['terms'] is None else RelativeTerms(table, u, v, b)
+    terms = {None: None, 'decoder': RelativeTerms(table, u, v, b), 'encoder': RelativeTerms(table, u, v, b),
+             'bias': RelativeTerms(entry_bias=b), 'rotary': RelativeTerms(rotary_features=D - 1)}[case['terms']]
     masked = {None: None, 'causal': decoder_causal_mask(QLEN, klen), 'window': decoder_window_mask(QLEN, klen, 5),
               'padding': _padding_mask(QLEN, klen, BATCH, causal=False),
               'padding-causal': _padding_mask(QLEN, klen, BATCH, causal=True),
@@ -158,9 +191,9 @@ def _run(case, q, k, values, terms, masked, impl=None):
     return out, weights, choice
 
 
-def _leaves(q, k, values, terms):
-    """The inputs that get gradients: queries, keys, values and the relative terms."""
-    return [q, k, values] + ([] if terms is None else terms.tensors())
+def _leaves(q, k, values, terms, case):
+    """The inputs that get gradients: queries, keys, values and the relative terms (unless the case fixes them)."""
+    return [q, k, values] + ([] if terms is None or case.get('fixed_terms') else terms.tensors())
 
 
 def _assert_close_to(actual, expected, dtype):
@@ -172,6 +205,8 @@ def _assert_close_to(actual, expected, dtype):
 @pytest.mark.parametrize('case', CASES.values(), ids=CASES.keys())
 def test_each_implementation_is_chosen_for_its_calls_with_the_reasons(case):
     q, k, values, terms, masked = _case_inputs(case)
+    for t in _leaves(q, k, values, terms, case):
+        t.requires_grad_(case['grad'])
     with torch.set_grad_enabled(case['grad']):
         choice = _run(case, q, k, values, terms, masked)[2]
     assert choice.operation == 'attention' and choice.chosen == case['chosen']
@@ -188,7 +223,7 @@ def test_each_implementation_equals_the_pairwise_computation_and_the_reference(c
     """The output (and the weights where asked for) against `_naive` in float64 and against the reference path on the
     same inputs; with gradients, the gradients of queries, keys, values and every relative term too."""
     q, k, values, terms, masked = _case_inputs(case)
-    leaves = _leaves(q, k, values, terms)
+    leaves = _leaves(q, k, values, terms, case)
     for t in leaves:
         t.requires_grad_(case['grad'])
     with torch.set_grad_enabled(case['grad']):
@@ -373,7 +408,7 @@ def test_the_models_impl_chooses_the_reference_everywhere(attn_type):
 
 
 class _DistancePenalisedXLAttention(RelPartialLearnableMultiHeadAttn):
-    """Transformer-XL's relative attention with one more term through the score hook: $- m\,|i - j|$."""
+    r"""Transformer-XL's relative attention with one more term through the score hook: $- m\,|i - j|$."""
     slope = 0.0
 
     def get_scores(self, query, key, terms):

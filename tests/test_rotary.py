@@ -9,7 +9,8 @@ from labml_nn.transformers.rope import RotaryPositionalEmbeddings
 
 from labml_txl import dispatch
 from labml_txl.configs import TransformerConfigs
-from labml_txl.rotary_mha import RotaryMultiHeadAttention, rotate
+from labml_txl.positional_encoding import rotate
+from labml_txl.rotary_mha import RotaryMultiHeadAttention
 
 
 @pytest.mark.parametrize('d_rotary', [8, 4])
@@ -59,9 +60,11 @@ def _naive(attn: RotaryMultiHeadAttention, query, key, value, mask):
 
 
 @pytest.mark.parametrize('seq_q, seq_k, fraction', [(5, 5, 1.0), (3, 7, 1.0), (4, 4, 0.5)])
-def test_rotary_attention_equals_a_naive_loop(seq_q, seq_k, fraction):
+@pytest.mark.parametrize('impl, chosen', [('auto', 'sdpa'), ('reference', 'reference')])
+def test_rotary_attention_equals_a_naive_loop(seq_q, seq_k, fraction, impl, chosen):
+    """The fast path (the rotation, then SDPA) and the reference (the rotation in the score hook) against the loop."""
     torch.manual_seed(0)
-    attn = RotaryMultiHeadAttention(2, 16, dropout_prob=0.0, rotary_fraction=fraction).double().eval()
+    attn = RotaryMultiHeadAttention(2, 16, dropout_prob=0.0, rotary_fraction=fraction, impl=impl).double().eval()
     query = torch.randn(seq_q, 2, 16, dtype=torch.float64)
     key, value = torch.randn(seq_k, 2, 16, dtype=torch.float64), torch.randn(seq_k, 2, 16, dtype=torch.float64)
     # Causal, with the queries the last `seq_q` of the `seq_k` positions
@@ -71,9 +74,21 @@ def test_rotary_attention_equals_a_naive_loop(seq_q, seq_k, fraction):
         expected = _naive(attn, query, key, value, mask)
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
     assert attn.d_rotary == (8 if fraction == 1.0 else 4)
-    attention = [c for c in choices if c.operation == 'attention']
-    assert [c.chosen for c in attention] == ['reference']
-    assert 'overridden get_scores' in str(attention[0])
+    assert [c.chosen for c in choices if c.operation == 'attention'] == [chosen]
+
+
+def test_rotary_gradients_of_the_fast_path_equal_the_references():
+    torch.manual_seed(0)
+    x = torch.randn(6, 2, 16, dtype=torch.float64)
+    mask = torch.ones(6, 6, 1, dtype=torch.bool).tril()
+    grads = {}
+    for impl in ('auto', 'reference'):
+        torch.manual_seed(1)
+        attn = RotaryMultiHeadAttention(2, 16, dropout_prob=0.0, rotary_fraction=0.5, impl=impl).double()
+        attn(query=x, key=x, value=x, mask=mask).square().sum().backward()
+        grads[impl] = [p.grad for p in attn.parameters()]
+    for fast, reference in zip(grads['auto'], grads['reference']):
+        torch.testing.assert_close(fast, reference, rtol=0, atol=1e-12)
 
 
 def test_rotary_fraction_is_checked():

@@ -8,7 +8,7 @@ One class per attention type, as in the original, so parameter names match its c
 * `RelPartialLearnableDecoderLayer`: `attn_type` 0, the paper's relative attention;
 * `RelLearnableDecoderLayer`: `attn_type` 1, learned relative embeddings;
 * `DecoderLayer`: `attn_type` 2 and 3, absolute positions added to the inputs by the model, and 4 to 6, positions in
-  the attention's scores (`position_scheme_attn.py`).
+  the attention's position terms (`position_scheme_attn.py`).
 
 `mems_kv`, `plan` and `return_kv` go to the attention as it takes them (`xl/attention_base.py`); with `return_kv`
 the layer returns its output and the attention's `KeysValues`.
@@ -86,8 +86,8 @@ class RelLearnableDecoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """
     Args:
-        as `RelLearnableDecoderLayer`; attn_class: `MultiHeadAttn` or a scheme on its score hook
-        (`position_scheme_attn.py`).
+        as `RelLearnableDecoderLayer`; attn_class: `MultiHeadAttn` or one of its schemes (`position_scheme_attn.py`),
+        taking the arguments of `MultiHeadAttn` (a `functools.partial` with the scheme's settings).
 
     Shape:
         see `MultiHeadAttn`; output `[qlen, bsz, d_model]`.

@@ -46,6 +46,7 @@ every segment; its reference files for 2 and 3 use no memory.)
 
 With `same_length`, every query attends to the same number (`mem_len`) of keys, as the paper's evaluation does.
 """
+from functools import partial
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -58,6 +59,8 @@ from ..dropout import Dropout
 from ..errors import require_bool, require_positive_int, require_probability
 from ..norms import check_norm
 from ..positional_encoding import relative_distances
+from ..rotary_mha import rotary_features
+from ..t5_bias_mha import check_t5_buckets
 from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
 from .checks import check_cutoffs, check_lengths, check_tokens
@@ -66,7 +69,7 @@ from .kv_memo import KeyValueMemo
 from .layers import DecoderLayer, RelLearnableDecoderLayer, RelPartialLearnableDecoderLayer
 from .log_uniform_sampler import LogUniformSampler, sample_logits
 from .multi_head_attn import MultiHeadAttn
-from .position_scheme_attn import SCHEME_ATTENTIONS
+from .position_scheme_attn import AlibiMultiHeadAttn, RotaryMultiHeadAttn, T5BiasMultiHeadAttn
 from .positional_embedding import PositionalEmbedding
 from .rel_learnable_attn import last_rows
 
@@ -98,8 +101,9 @@ class MemTransformerLM(nn.Module):
         adapt_inp: kept for the original's signature (it did not use it).
         same_length: every query attends to the same number of keys (`mem_len`).
         attn_type: 0 relative (the paper), 1 learned relative, 2 absolute sinusoidal, 3 learned absolute; (new)
-            4 rotary, 5 ALiBi, 6 T5 bias, on the absolute attention's score hook (`position_scheme_attn.py`);
-            `clamp_len` does not apply to them (T5's buckets stop at 128 of their own).
+            4 rotary, 5 ALiBi, 6 T5 bias, the absolute attention with the position terms of a scheme
+            (`position_scheme_attn.py`); `clamp_len` does not apply to them (T5's buckets stop at
+            `t5_max_distance` of their own).
         clamp_len: clip distances (types 0, 2) or the learned table (type 1) at this length; `<= 0` for none.
         sample_softmax: `> 0` trains with a sampled softmax over that many (times 2) log-uniform draws
             (and evaluates with the full softmax of `out_layer`); `<= 0` uses the adaptive softmax `crit`.
@@ -114,6 +118,8 @@ class MemTransformerLM(nn.Module):
 
         norm: (new) `'layer_norm'` (the original's) or `'rms_norm'` (RMSNorm, Zhang & Sennrich, 2019) in every
             layer (`labml_txl/norms.py`); either is kept as `layer_norm`, RMSNorm without a bias.
+        rotary_fraction: (new) the fraction of each head's features that `attn_type` 4 rotates, in (0, 1].
+        t5_num_buckets, t5_max_distance: (new) the causal distance buckets of `attn_type` 6 (`t5_bias_mha.py`).
         impl: (new) how to compute: `'auto'` (the default) lets `labml_txl.dispatch` pick, per call, the fastest
             implementation that serves it (our C++ kernels, SDPA, the head-major composite, oneDNN's prepacked
             products; each refused path has a reason, `dispatch.recording()`); `'reference'` runs the readable
@@ -137,6 +143,7 @@ class MemTransformerLM(nn.Module):
                  attn_type: int = 0, clamp_len: int = -1, sample_softmax: int = -1, *,
                  untie_r: bool = False, init: str = 'normal', init_range: float = 0.1, init_std: float = 0.02,
                  proj_init_std: float = 0.01, round_scores_to_float32: bool = False, norm: str = 'layer_norm',
+                 rotary_fraction: float = 1.0, t5_num_buckets: int = 32, t5_max_distance: int = 128,
                  impl: str = 'auto'):
         super().__init__()
         for name, value in (('n_token', n_token), ('n_layer', n_layer), ('n_head', n_head),
@@ -188,6 +195,14 @@ class MemTransformerLM(nn.Module):
                              f"biases of attn_type 0 (type 1 has per-layer biases already, 2 and 3 have none)")
         check_init(init, init_range, init_std, proj_init_std)
         check_norm(norm)
+        # The settings of the schemes, checked whichever type is chosen
+        rotary_features(d_head, rotary_fraction)
+        check_t5_buckets(t5_num_buckets, t5_max_distance, False, names=('t5_num_buckets', 't5_max_distance'))
+        # The attention of types 2 to 6, with the settings of its scheme
+        scheme_attention = {4: partial(RotaryMultiHeadAttn, rotary_fraction=rotary_fraction),
+                            5: AlibiMultiHeadAttn,
+                            6: partial(T5BiasMultiHeadAttn, num_buckets=t5_num_buckets,
+                                       max_distance=t5_max_distance)}.get(attn_type, MultiHeadAttn)
         self.norm = norm
 
         self.n_token = n_token
@@ -223,7 +238,7 @@ class MemTransformerLM(nn.Module):
                                                  pre_lnorm=pre_lnorm, norm=norm)
             else:
                 layer = DecoderLayer(n_head, d_model, d_head, d_inner, dropout, dropatt=dropatt, pre_lnorm=pre_lnorm,
-                                     norm=norm, attn_class=SCHEME_ATTENTIONS.get(attn_type, MultiHeadAttn))
+                                     norm=norm, attn_class=scheme_attention)
             self.layers.append(layer)
 
         self.sample_softmax = sample_softmax

@@ -17,6 +17,7 @@ from torch import nn
 
 from .. import dispatch
 from ..dispatch import Plan
+from ..relative_attention import RelativeTerms
 from .attention_base import KeysValues, XLAttentionBase
 
 
@@ -39,14 +40,23 @@ class MultiHeadAttn(XLAttentionBase):
         # $W_k$ and $W_v$ in one matrix
         self.kv_net = nn.Linear(d_model, 2 * n_head * d_head, bias=False)
 
+    def position_terms(self, plan: Plan, qlen: int, klen: int, like: torch.Tensor) -> Optional[RelativeTerms]:
+        """What a positional scheme on this attention adds to $q_i^\top k_j$ (`position_scheme_attn.py`), for `qlen`
+        queries that are the last of `klen` key positions, in the dtype and on the device of `like`; None here (the
+        model adds positions to the inputs)."""
+        return None
+
     def forward(self, h: torch.Tensor, attn_mask: Optional[torch.Tensor] = None, mems: Optional[torch.Tensor] = None,
                 mems_kv: Optional[torch.Tensor] = None, *, plan: Optional[Plan] = None,
                 return_kv: bool = False) -> Union[torch.Tensor, Tuple[torch.Tensor, KeysValues]]:
         plan = Plan.now(h.device) if plan is None else plan
         # $[W_q; W_k; W_v]$ as one product of the segment
         q, kv = self._project(plan, torch.cat([self.q_net.weight, self.kv_net.weight]), h, mems, mems_kv)
-        # $A_{i,j} = q_i^\top k_j$
+        klen = kv.segment.shape[3] + (0 if kv.memory is None else kv.memory.shape[3])
+        terms = self.position_terms(plan, q.shape[2], klen, q)
+        # $A_{i,j} = q_i^\top k_j$, with the position terms of a scheme
         attn_vec, _ = dispatch.attend(plan, q, **kv.attend_arguments(), scale=self.scale, masked=attn_mask,
-                                      get_scores=dispatch.score_hook(self, terms=None), dropout=self.dropatt)
+                                      terms=terms, get_scores=dispatch.score_hook(self, terms=terms),
+                                      dropout=self.dropatt)
         out = self._output(plan, h, attn_vec)
         return (out, kv) if return_kv else out
