@@ -25,5 +25,10 @@ setuptools.setup(
         'test': ['pytest>=7'],
         # The page's d3, Bootstrap and Font Awesome come from npm (package.json), or from their CDNs without it
         'dashboard': ['labml-app>=0.5.14'],
+        # The plots of the experiments (`experiments/position_schemes.py`)
+        'experiments': ['matplotlib>=3.5'],
+        # The independent implementations the tests and the benchmark compare against: Hugging Face's TransfoXL
+        # (4.44.2 is the last release that ships it, deprecated) and x-transformers
+        'peers': ['transformers==4.44.2', 'x-transformers>=2.0'],
     },
 )

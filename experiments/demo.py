@@ -7,8 +7,6 @@ the CPU within a bounded time, its validation bits per character, a sample, and 
 Other `key=value` pairs override the training configs (see `train_xl.py --help`). The dashboard keeps running
 after the demo (its address and process id are printed); runs stay in `logs/dashboard` until deleted there.
 """
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,7 +14,7 @@ from typing import List
 
 from labml_txl import native
 from labml_txl.cli import parse_overrides, run_script
-from labml_txl.dashboard import DEFAULT_PORT, check_port, report_to_dashboard, run_url
+from labml_txl.dashboard import DEFAULT_PORT, check_port, report_to_dashboard, run_url, start_in_background
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -33,30 +31,9 @@ DEMO = {'n_layer': 4, 'd_model': 128, 'n_head': 4, 'd_head': 32, 'd_inner': 512,
         'max_step': 5000, 'eval_interval': 1000, 'checkpoint_interval': 1000, 'time_limit': 480.0}
 
 
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(('127.0.0.1', port), timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
 def start_dashboard(port: int) -> str:
-    """Start the dashboard in the background (or find the one already on `port`); returns a line to print."""
-    if _listening(port):
-        return f'the dashboard already running on port {port}'
-    log = REPO / 'logs' / 'dashboard.log'
-    log.parent.mkdir(parents=True, exist_ok=True)
-    process = subprocess.Popen([sys.executable, '-m', 'labml_txl.dashboard', '--port', str(port),
-                                '--data-dir', str(REPO / 'logs' / 'dashboard')],
-                               stdout=open(log, 'a'), stderr=subprocess.STDOUT, start_new_session=True)
-    for _ in range(120):
-        if _listening(port):
-            return f'dashboard process {process.pid} (stop it with `kill {process.pid}`; its log: {log})'
-        if process.poll() is not None:
-            raise RuntimeError(f'the dashboard did not start (exit code {process.returncode}); see {log}')
-        time.sleep(0.5)
-    raise RuntimeError(f'the dashboard did not answer on port {port} within 60 s; see {log}')
+    """The dashboard on `port` with the runs in `logs/dashboard` (started, or found running); a line to print."""
+    return start_in_background(port, REPO / 'logs' / 'dashboard', REPO / 'logs' / 'dashboard.log')
 
 
 def demo(args: List[str]) -> None:

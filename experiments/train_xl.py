@@ -16,7 +16,7 @@ CPU, NCCL on CUDA); each process trains on its share of every batch's columns.
 import contextlib
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 from labml import experiment, logger
@@ -32,9 +32,10 @@ from labml_txl.train.trainer import Trainer, quality
 
 
 def train(overrides: Dict[str, Any], resume: Optional[str] = None, name: str = 'train_xl',
-          writers=None) -> Trainer:
+          writers=None, after_training: Optional[Callable[[Trainer], None]] = None) -> Trainer:
     """
-    Train (or resume run `resume`) with `overrides`; returns the trainer after the run.
+    Train (or resume run `resume`) with `overrides`; returns the trainer after the run. `after_training(trainer)`, if
+    given, runs inside the run when training has ended, so what it tracks (more evaluations) is the run's too.
 
     Nothing is written before the configs are checked: their types and values, the model built, and on a resume
     the checkpoint's tensors against the model's shapes; a failed resume leaves the run as it was. A run is trained
@@ -90,6 +91,8 @@ def train(overrides: Dict[str, Any], resume: Optional[str] = None, name: str = '
         with experiment.start(global_step=trainer.step):
             try:
                 valid = trainer.run()
+                if after_training is not None:
+                    after_training(trainer)
             except TrainingInterrupted as stopped:
                 stopped.resume_command = f'python {_this_script()} resume={run.uuid}'
                 experiment_singleton().finish('interrupted', str(stopped))

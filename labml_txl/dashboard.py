@@ -16,7 +16,9 @@ import argparse
 import errno
 import os
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import List, Optional, Sequence, Union
 
@@ -75,6 +77,37 @@ def report_to_dashboard(port: int = DEFAULT_PORT, host: str = HOST, require_runn
                                  f'require_running=False') from e
     lab.configure({'app_url': url})
     return url
+
+
+def _listening(port: int, host: str = HOST) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def start_in_background(port: int, data_dir: Union[str, Path], log: Union[str, Path]) -> str:
+    """
+    Start the dashboard in a process of its own on `port`, its runs in `data_dir` and its output appended to
+    `log`, and wait until it answers (at most 60 s); or find the one already listening there. It keeps running after
+    this process ends. Returns a line to print: its process id and how to stop it.
+    """
+    check_port(port)
+    if _listening(port):
+        return f'the dashboard already running on port {port}'
+    log = Path(log)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    process = subprocess.Popen([sys.executable, '-m', 'labml_txl.dashboard', '--port', str(port),
+                                '--data-dir', str(data_dir)],
+                               stdout=open(log, 'a'), stderr=subprocess.STDOUT, start_new_session=True)
+    for _ in range(120):
+        if _listening(port):
+            return f'dashboard process {process.pid} (stop it with `kill {process.pid}`; its log: {log})'
+        if process.poll() is not None:
+            raise DashboardError(f'the dashboard did not start (exit code {process.returncode}); see {log}')
+        time.sleep(0.5)
+    raise DashboardError(f'the dashboard did not answer on port {port} within 60 s; see {log}')
 
 
 def check_port_free(port: int, host: str = HOST) -> None:

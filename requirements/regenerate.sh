@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Regenerates requirements/test.lock: resolves setup.py's ranges (with its test and dashboard extras) and
-# torch==2.13.0 afresh, in a throwaway virtual environment, and writes every installed package at its exact
-# version. This is the one step that takes the newest releases; run it on purpose (`make lock`), run `make test`
+# Regenerates requirements/test.lock: resolves setup.py's ranges (with its test, dashboard, experiments and peers
+# extras) and torch==2.13.0 afresh, in a throwaway virtual environment, and writes every installed package at its
+# exact version. This is the one step that takes the newest releases; run it on purpose (`make lock`), run `make test`
 # on the result, and commit the lock with a message that says what moved.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +14,7 @@ pip=("$work/venv/bin/python" -m pip --quiet)
 "${pip[@]}" install --only-binary=:all: --upgrade pip setuptools
 "${pip[@]}" install --only-binary=:all: "torch==$TORCH"
 # The project itself is only resolved here, never locked: its requirements are what the lock must satisfy
-"${pip[@]}" install -e '.[test,dashboard]'
+"${pip[@]}" install -e '.[test,dashboard,experiments,peers]'
 {
   echo "# Every package of the test environment at its exact version, for \`make test\` (installed with its"
   echo "# dependencies checked: pip resolves this file against itself and adds nothing). Made on $(date -u +%F) by"

@@ -189,18 +189,23 @@ class Trainer:
         return total
 
     @torch.no_grad()
-    def evaluate(self, split: str = 'valid', max_steps: Optional[int] = None) -> float:
-        """Mean loss per token over `split`, with segments of `eval_tgt_len` as the original evaluates."""
+    def evaluate(self, split: str = 'valid', max_steps: Optional[int] = None,
+                 lengths: Optional[Tuple[int, int, int]] = None) -> float:
+        """Mean loss per token over `split`, with segments of `eval_tgt_len` as the original evaluates; or with the
+        segment, extended-context and memory lengths `lengths = (tgt_len, ext_len, mem_len)` (longer ones than in
+        training, say)."""
         conf = self.conf
         max_steps = conf.max_eval_steps if max_steps is None else max_steps
         model = self.model
         model.eval()
+        if lengths is not None:
+            model.reset_length(*lengths)
         # Keep the context of each position as in training: a longer memory, or a longer extended context
-        if conf.mem_len == 0:
+        elif conf.mem_len == 0:
             model.reset_length(conf.eval_tgt_len, conf.ext_len + conf.tgt_len - conf.eval_tgt_len, conf.mem_len)
         else:
             model.reset_length(conf.eval_tgt_len, conf.ext_len, conf.mem_len + conf.tgt_len - conf.eval_tgt_len)
-        iterator = self.corpus.get_iterator(split, conf.batch_size, conf.eval_tgt_len, device=self.device,
+        iterator = self.corpus.get_iterator(split, conf.batch_size, model.tgt_len, device=self.device,
                                             ext_len=model.ext_len)
         columns = None if self.distributed is None else self.distributed.columns(conf.batch_size)
         with self._autocast():

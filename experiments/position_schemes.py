@@ -1,0 +1,192 @@
+r"""
+Positional schemes side by side: each trained on Tiny Shakespeare with and without Transformer-XL's memory at an
+equal budget (the same model, steps, batches and learning-rate schedule), then evaluated on the validation split at
+the training length and at 4x and 8x it.
+
+    python experiments/position_schemes.py [steps=2000] [schemes=absolute,absolute_deeper,relative,rotary,alibi,t5_bias]
+        [memory=both] [lengths=1,4,8] [out=logs/position_schemes] [port=5005] [dashboard=True] [key=value ...]
+
+* `schemes`: attention variants of `TransformerXLConfigs.attention` (`docs/configs.md`): `absolute` (fixed
+  sinusoids added to the input), `absolute_deeper` (learned positions added to every layer), `relative` (the
+  paper's), `rotary`, `alibi`, `t5_bias`, and `learnable`.
+* `memory`: `both`, `with` (`mem_len = tgt_len`) or `without` (`mem_len = 0`).
+* `lengths`: evaluation lengths as multiples of `tgt_len`. At length $E$ a run without memory reads the validation
+  text in segments of $E$ tokens (a token sees up to $E$ before it, $E/2$ on average: what ALiBi's paper measures);
+  a run with memory reads segments of $E$ with a memory of $E$ (the training ratio), so every token sees at least
+  $E$ before it. `absolute_deeper` has learned positions for the training window only: beyond it, the original
+  reuses its first row (`xl/rel_learnable_attn.last_rows`).
+* Other `key=value` pairs override the training configs of every run (`train_xl.py --help`), e.g. `tgt_len=128`.
+
+Every run is a labml run named `position_schemes` on the dashboard (started on `port` as `make demo` starts it,
+unless `dashboard=False`), with its training curves and the bits per character at each length
+(`bpc.valid_Nx`). The table of validation bits per character is printed and written to `out/results.md`, the
+numbers to `out/results.json`, and a plot of bits per character against evaluation length to
+`out/position_schemes.png`. `docs/position_schemes.md` shows one sitting's.
+"""
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+from labml import tracker
+
+from labml_txl import native
+from labml_txl.cli import parse_overrides, run_script
+from labml_txl.dashboard import DEFAULT_PORT, check_port, report_to_dashboard
+from labml_txl.errors import describe_choices
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import demo  # noqa: E402
+import train_xl  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+# What each scheme is, for the table
+SCHEMES = {
+    'absolute': 'absolute, fixed sinusoids added to the input',
+    'absolute_deeper': 'absolute, learned, added to every layer',
+    'relative': "relative (Transformer-XL's)",
+    'learnable': 'relative, learned table',
+    'rotary': 'rotary (RoFormer)',
+    'alibi': 'ALiBi',
+    't5_bias': 'T5 bias',
+}
+DEFAULT_SCHEMES = ['absolute', 'absolute_deeper', 'relative', 'rotary', 'alibi', 't5_bias']
+
+# The demo's small model and schedule (`demo.py`), the same for every run; no position embedding is added to the
+# input but by the absolute schemes themselves (Transformer-XL's attention types add their own)
+MODEL = {'n_layer': 4, 'd_model': 128, 'n_head': 4, 'd_head': 32, 'd_inner': 512, 'dropout': 0.0, 'dropatt': 0.0,
+         'pre_lnorm': True, 'tgt_len': 64, 'batch_size': 16, 'lr': 0.006, 'warmup_step': 200}
+
+SETTINGS = {'steps': 2000, 'schemes': DEFAULT_SCHEMES, 'memory': 'both', 'lengths': [1, 4, 8],
+            'out': 'logs/position_schemes', 'port': DEFAULT_PORT, 'dashboard': True}
+
+
+def _as_list(name: str, value: Any, kind: type) -> list:
+    """`value` as a list of `kind`: a list, a single value, or a comma-separated string."""
+    items = value.split(',') if isinstance(value, str) else value if isinstance(value, (list, tuple)) else [value]
+    try:
+        items = [kind(item.strip()) if isinstance(item, str) else item for item in items]
+    except ValueError:
+        items = None
+    if not items or not all(isinstance(item, kind) and not isinstance(item, bool) for item in items):
+        raise ValueError(f"{name}={value!r} is not accepted: one or more {kind.__name__} values, as a list or "
+                         f"separated by commas")
+    return items
+
+
+def check_settings(settings: Dict[str, Any]) -> Dict[str, Any]:
+    """The experiment's own settings, checked before any run starts."""
+    settings = {**SETTINGS, **settings}
+    schemes = _as_list('schemes', settings['schemes'], str)
+    unknown = [s for s in schemes if s not in SCHEMES]
+    if unknown:
+        raise ValueError(f"schemes {unknown} are not accepted: {describe_choices(SCHEMES)}")
+    lengths = _as_list('lengths', settings['lengths'], int)
+    if any(k < 1 for k in lengths):
+        raise ValueError(f"lengths={settings['lengths']!r} is not accepted: positive multiples of tgt_len")
+    if settings['memory'] not in ('both', 'with', 'without'):
+        raise ValueError(f"memory={settings['memory']!r} is not accepted: 'both', 'with' or 'without'")
+    steps = settings['steps']
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps={steps!r} is not accepted: a positive number of training steps")
+    if not isinstance(settings['dashboard'], bool):
+        raise ValueError(f"dashboard={settings['dashboard']!r} is not accepted: True or False")
+    check_port(settings['port'])
+    return {**settings, 'schemes': schemes, 'lengths': sorted(set(lengths))}
+
+
+def train_and_evaluate(attention: str, memory: bool, settings: Dict[str, Any], overrides: Dict[str, Any],
+                       writers=None) -> Dict[str, Any]:
+    """Train one scheme (with a memory of `tgt_len` or none), then its validation bits per character at each of
+    `settings['lengths']` times `tgt_len`, tracked in its run."""
+    config = {**MODEL, 'max_step': settings['steps'], 'eval_interval': settings['steps'],
+              'checkpoint_interval': 0, **overrides, 'attention': attention}
+    config['mem_len'] = config['tgt_len'] if memory else 0
+    bpc = {}
+
+    def evaluate_at_lengths(trainer):
+        for k in settings['lengths']:
+            length = k * trainer.conf.tgt_len
+            loss = trainer.evaluate('valid', max_steps=-1, lengths=(length, 0, length if memory else 0))
+            bpc[k] = loss / math.log(2)
+            tracker.save(trainer.step, {f'bpc.valid_{k}x': bpc[k]})
+
+    started = time.time()
+    trainer = train_xl.train(config, name='position_schemes', writers=writers, after_training=evaluate_at_lengths)
+    return {'scheme': attention, 'memory': memory, 'bpc': bpc, 'minutes': (time.time() - started) / 60,
+            'steps': trainer.step, 'tgt_len': trainer.conf.tgt_len}
+
+
+def results_table(results: List[Dict[str, Any]], lengths: List[int]) -> str:
+    """The results as a Markdown table: a row per scheme and memory, a column per evaluation length."""
+    tgt_len = results[0]['tgt_len']
+    header = ['scheme', 'memory'] + [f'{k * tgt_len} ({k}x)' for k in lengths] + ['minutes']
+    rows = ['| ' + ' | '.join(header) + ' |', '| ' + ' | '.join(['---'] * 2 + ['---:'] * (len(lengths) + 1)) + ' |']
+    for r in results:
+        memory = f"{r['tgt_len']}" if r['memory'] else 'none'
+        rows.append('| ' + ' | '.join([SCHEMES[r['scheme']], memory] + [f"{r['bpc'][k]:.3f}" for k in lengths]
+                                      + [f"{r['minutes']:.1f}"]) + ' |')
+    return '\n'.join(rows)
+
+
+def plot(results: List[Dict[str, Any]], lengths: List[int], path: Path) -> None:
+    """Bits per character against evaluation length, a colour per scheme, solid with memory and dashed without."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(10, 5), dpi=120)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    colours = {}
+    for r in results:
+        colour = colours.setdefault(r['scheme'], f'C{len(colours)}')
+        x = [k * r['tgt_len'] for k in lengths]
+        axes.plot(x, [r['bpc'][k] for k in lengths], color=colour, marker='o',
+                  linestyle='-' if r['memory'] else '--',
+                  label=f"{SCHEMES[r['scheme']]}, {'memory' if r['memory'] else 'no memory'}")
+    axes.set_xscale('log', base=2)
+    axes.set_xticks(x, [str(v) for v in x])
+    axes.set_xlabel(f"evaluation length (tokens; trained at {results[0]['tgt_len']})")
+    axes.set_ylabel('validation bits per character')
+    axes.set_title(f"Positional schemes on Tiny Shakespeare, {results[0]['steps']} steps each")
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize=8, loc='center left', bbox_to_anchor=(1.02, 0.5))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, bbox_inches='tight')
+
+
+def compare(args: List[str], writers=None) -> List[Dict[str, Any]]:
+    overrides = parse_overrides(args)
+    settings = check_settings({k: overrides.pop(k) for k in list(overrides) if k in SETTINGS})
+    # (every run takes the same overrides, so the first run's configs check them all before any training)
+    if 'attention' in overrides or 'mem_len' in overrides:
+        raise ValueError("attention and mem_len are set by the experiment per run: choose them with schemes= and "
+                         "memory=")
+    if settings['dashboard'] and writers is None:
+        print(demo.start_dashboard(settings['port']))
+        report_to_dashboard(settings['port'])
+    native.prepare_kernels()
+    memories = {'both': [False, True], 'with': [True], 'without': [False]}[settings['memory']]
+    results = []
+    for scheme in settings['schemes']:
+        for memory in memories:
+            results.append(train_and_evaluate(scheme, memory, settings, overrides, writers))
+    out = Path(settings['out'])
+    out.mkdir(parents=True, exist_ok=True)
+    table = results_table(results, settings['lengths'])
+    (out / 'results.md').write_text(table + '\n')
+    (out / 'results.json').write_text(json.dumps(results, indent=1) + '\n')
+    plot(results, settings['lengths'], out / 'position_schemes.png')
+    print('\nValidation bits per character by evaluation length (tokens):\n')
+    print(table)
+    print(f"\nTotal {sum(r['minutes'] for r in results):.1f} minutes; written to {out}/results.md, results.json "
+          f"and position_schemes.png")
+    return results
+
+
+if __name__ == '__main__':
+    sys.exit(run_script(compare, sys.argv[1:], __doc__))
