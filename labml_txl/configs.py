@@ -348,6 +348,8 @@ class TransformerXLConfigs(ValidatedConfigs):
     sample_softmax: int = -1
     # Per-layer $u$, $v$ (the authors' TensorFlow code and published WikiText-103 model)
     untie_r: bool = False
+    # Every numerical choice of the original where this package differs (`MemTransformerLM`), for its checkpoints
+    original_numerics: bool = False
     # The fraction of each head's features that `'rotary'` attention rotates
     rotary_fraction: float = 1.0
     # `'t5_bias'`: the number of causal distance buckets, and the distance from which all keys share the last one
@@ -409,6 +411,7 @@ def _mem_transformer(c: TransformerXLConfigs):
                             same_length=c.same_length, attn_type=c.attn_type, clamp_len=c.clamp_len,
                             sample_softmax=c.sample_softmax, untie_r=c.untie_r, init=c.init,
                             init_range=c.init_range, init_std=c.init_std, proj_init_std=c.proj_init_std, norm=c.norm,
+                            original_numerics=c.original_numerics,
                             rotary_fraction=c.rotary_fraction, t5_num_buckets=c.t5_num_buckets,
                             t5_max_distance=c.t5_max_distance)
 

@@ -17,8 +17,6 @@ PRESETS_MD = Path(__file__).resolve().parent / 'reference' / 'xl' / 'presets.md'
 
 def test_every_constructor_keyword_is_a_config_item():
     keywords = set(inspect.signature(MemTransformerLM.__init__).parameters) - {'self'}
-    # A float64 compatibility switch for the reference tests, not a modelling choice
-    keywords.discard('round_scores_to_float32')
     # How to compute (the dispatcher's choice or the reference), not what: configs do not carry it
     keywords.discard('impl')
     items = set(TransformerXLConfigs()._Configs__types)

@@ -56,20 +56,21 @@ class XLAttentionBase(nn.Module):
         dropout: dropout on the projected output.
         dropatt: dropout on the attention weights.
         pre_lnorm: layer-normalise the input instead of the residual sum.
-        round_scores_to_float32: round the scaled scores to float32 before the softmax, as the original's
-            attention type 0 does (see `MemTransformerLM`).
+        original_numerics: compute as the original does where it differs from this package's default (see
+            `MemTransformerLM`): each variant says what that is (`RelPartialLearnableMultiHeadAttn`,
+            `MultiHeadAttn`).
         norm: `'layer_norm'` (the original's) or `'rms_norm'` (`norms.py`), kept as `layer_norm` either way.
     """
 
     def __init__(self, n_head: int, d_model: int, d_head: int, dropout: float, dropatt: float = 0.0,
-                 pre_lnorm: bool = False, round_scores_to_float32: bool = False, norm: str = 'layer_norm'):
+                 pre_lnorm: bool = False, original_numerics: bool = False, norm: str = 'layer_norm'):
         super().__init__()
         require_positive_int('n_head', n_head)
         require_positive_int('d_model', d_model)
         require_positive_int('d_head', d_head)
         require_probability('dropout', dropout, allow_one=False)
         require_probability('dropatt', dropatt, allow_one=False)
-        require_bool('round_scores_to_float32', round_scores_to_float32)
+        require_bool('original_numerics', original_numerics)
         self.n_head = n_head
         self.d_model = d_model
         self.d_head = d_head
@@ -82,29 +83,38 @@ class XLAttentionBase(nn.Module):
         # $\frac{1}{\sqrt{d_{head}}}$
         self.scale = 1 / (d_head ** 0.5)
         self.pre_lnorm = pre_lnorm
-        self.round_scores_to_float32 = round_scores_to_float32
+        self.original_numerics = original_numerics
 
     def _project(self, plan: Plan, qkv_weight: torch.Tensor, w: torch.Tensor, mems: Optional[torch.Tensor],
-                 mems_kv: Optional[torch.Tensor]) -> Tuple[torch.Tensor, KeysValues]:
+                 mems_kv: Optional[torch.Tensor], raw_queries: bool = False) -> Tuple[torch.Tensor, KeysValues]:
         """Head-major queries of the segment `[bsz, n_head, qlen, d_head]` and the keys and values of memory and
         segment (views of their projections): $[W_q; W_k; W_v] w$ of the segment and $[W_k; W_v] m$ of the memory,
         unless `mems_kv` holds those already. The reference projects as the original: $[W_q; W_k; W_v]$ of
-        `[memory, segment]`, the memory's queries dropped."""
+        `[memory, segment]`, the memory's queries dropped. With `pre_lnorm` every projection reads the normalised
+        input, but the queries read `w` as it is with `raw_queries` (the original's absolute attention)."""
         hd = self.n_head * self.d_head
         if plan.impl == 'reference' and mems is not None and mems.shape[0] > 0:
             mlen, cat = mems.shape[0], torch.cat([mems, w], 0)
-            q, kv = dispatch.linear(plan, self.layer_norm(cat) if self.pre_lnorm else cat, qkv_weight).split(
-                [hd, 2 * hd], dim=-1)
+            q, kv = self._project_normalised(plan, qkv_weight, cat, raw_queries)
             kv = self._kv_heads(kv)
             return split_heads(q[mlen:], self.n_head), KeysValues(kv[:, :, :, :mlen], kv[:, :, :, mlen:])
-        qkv = dispatch.linear(plan, self.layer_norm(w) if self.pre_lnorm else w, qkv_weight)
-        # (`split` rather than slices: its backward pass concatenates, with no zero-filled gradient)
-        q, kv = qkv.split([hd, 2 * hd], dim=-1)
+        q, kv = self._project_normalised(plan, qkv_weight, w, raw_queries)
         kv_memory = mems_kv
         if kv_memory is None and mems is not None and mems.shape[0] > 0:
             kv_memory = self._kv_heads(dispatch.linear(plan, self.layer_norm(mems) if self.pre_lnorm else mems,
                                                        qkv_weight[hd:]))
         return split_heads(q, self.n_head), KeysValues(kv_memory, self._kv_heads(kv))
+
+    def _project_normalised(self, plan: Plan, qkv_weight: torch.Tensor, x: torch.Tensor,
+                            raw_queries: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+        """$W_q x$ and $[W_k; W_v] x$ `[len, bsz, .]` of `x`, layer-normalised first with `pre_lnorm` (the queries
+        not, with `raw_queries`)."""
+        hd = self.n_head * self.d_head
+        normalised = self.layer_norm(x) if self.pre_lnorm else x
+        if raw_queries and self.pre_lnorm:
+            return dispatch.linear(plan, x, qkv_weight[:hd]), dispatch.linear(plan, normalised, qkv_weight[hd:])
+        # (`split` rather than slices: its backward pass concatenates, with no zero-filled gradient)
+        return dispatch.linear(plan, normalised, qkv_weight).split([hd, 2 * hd], dim=-1)
 
     @dispatch.scores_from_terms
     def get_scores(self, query: torch.Tensor, key: torch.Tensor, terms: Optional[RelativeTerms]) -> torch.Tensor:

@@ -32,7 +32,7 @@ class RelPartialLearnableDecoderLayer(nn.Module):
         n_head, d_model, d_head: attention sizes; d_inner: hidden features of the feed-forward network;
         dropout, dropatt: dropout on outputs and on attention weights; pre_lnorm: pre-LN instead of post-LN;
         untie_r: the layer owns its $u$, $v$ biases.
-        round_scores_to_float32, norm: see `XLAttentionBase`.
+        original_numerics, norm: see `XLAttentionBase`.
 
     Shape:
         see `RelPartialLearnableMultiHeadAttn`; output `[qlen, bsz, d_model]`.
@@ -40,11 +40,11 @@ class RelPartialLearnableDecoderLayer(nn.Module):
 
     def __init__(self, n_head: int, d_model: int, d_head: int, d_inner: int, dropout: float,
                  dropatt: float = 0.0, pre_lnorm: bool = False, untie_r: bool = False,
-                 round_scores_to_float32: bool = False, norm: str = 'layer_norm'):
+                 original_numerics: bool = False, norm: str = 'layer_norm'):
         super().__init__()
         self.dec_attn = RelPartialLearnableMultiHeadAttn(n_head, d_model, d_head, dropout, dropatt=dropatt,
                                                          pre_lnorm=pre_lnorm, untie_r=untie_r,
-                                                         round_scores_to_float32=round_scores_to_float32, norm=norm)
+                                                         original_numerics=original_numerics, norm=norm)
         self.pos_ff = PositionwiseFF(d_model, d_inner, dropout, pre_lnorm=pre_lnorm, norm=norm)
 
     def forward(self, dec_inp: torch.Tensor, r: torch.Tensor, r_w_bias: Optional[torch.Tensor] = None,
@@ -61,7 +61,7 @@ class RelLearnableDecoderLayer(nn.Module):
     """
     Args:
         as `RelPartialLearnableDecoderLayer` (with `norm`), without `untie_r` (the biases are per layer already) and
-        `round_scores_to_float32`.
+        `original_numerics` (the original computes this type as this package does).
 
     Shape:
         see `RelLearnableMultiHeadAttn`; output `[qlen, bsz, d_model]`.

@@ -111,10 +111,14 @@ class MemTransformerLM(nn.Module):
             and `r_r_bias`, as the authors' TensorFlow code and their published WikiText-103 model have them.
         init, init_range, init_std, proj_init_std: (new) the original's initialisation (`xl.init.init_weights`),
             applied in the constructor.
-        round_scores_to_float32: (new) round the scaled scores of `attn_type` 0 to float32 before the softmax,
-            as the original does (`attn_score.float().masked_fill(...).type_as(attn_score)`). It changes
-            nothing in float32 or lower precision; in float64 it reproduces the original's numbers to the last
-            bits (the reference tests use it) at the cost of float32 rounding. Off by default.
+        original_numerics: (new) every numerical choice of the original where this package differs by default,
+            for checkpoints trained with it (the published ones load with it on): the scaled scores of
+            `attn_type` 0 rounded to float32 before the softmax (`attn_score.float()`: nothing changes in float32 or
+            lower precision, in float64 the original's numbers to the last bits, at the cost of float32 rounding),
+            and with `pre_lnorm` the queries of types 2 and 3 from the un-normalised input (the keys and values
+            from the normalised one). Not accepted with types 4 to 6, which the original does not have. It does not
+            copy the original's in-place addition of positions to the cached memories of types 2 and 3 (which
+            counts them again at every segment: an aliasing bug, not a choice of numerics). Off by default.
 
         norm: (new) `'layer_norm'` (the original's) or `'rms_norm'` (RMSNorm, Zhang & Sennrich, 2019) in every
             layer (`labml_txl/norms.py`); either is kept as `layer_norm`, RMSNorm without a bias.
@@ -142,7 +146,7 @@ class MemTransformerLM(nn.Module):
                  cutoffs: Sequence[int] = (), adapt_inp: bool = False, same_length: bool = False,
                  attn_type: int = 0, clamp_len: int = -1, sample_softmax: int = -1, *,
                  untie_r: bool = False, init: str = 'normal', init_range: float = 0.1, init_std: float = 0.02,
-                 proj_init_std: float = 0.01, round_scores_to_float32: bool = False, norm: str = 'layer_norm',
+                 proj_init_std: float = 0.01, original_numerics: bool = False, norm: str = 'layer_norm',
                  rotary_fraction: float = 1.0, t5_num_buckets: int = 32, t5_max_distance: int = 128,
                  impl: str = 'auto'):
         super().__init__()
@@ -153,7 +157,7 @@ class MemTransformerLM(nn.Module):
         require_probability('dropatt', dropatt, allow_one=False)
         for name, value in (('tie_weight', tie_weight), ('pre_lnorm', pre_lnorm), ('adapt_inp', adapt_inp),
                             ('same_length', same_length), ('untie_r', untie_r),
-                            ('round_scores_to_float32', round_scores_to_float32)):
+                            ('original_numerics', original_numerics)):
             require_bool(name, value)
         if attn_type not in ATTN_TYPES:
             raise ValueError(f"attn_type={attn_type!r} is not accepted: 0 (relative, the paper's), "
@@ -190,6 +194,9 @@ class MemTransformerLM(nn.Module):
                              f"div_val={div_val}, d_embed={d_embed}, d_model={d_model}: the output layer "
                              f"[n_token, d_model] shares the single embedding table, which needs div_val=1 "
                              f"and d_embed=d_model")
+        if original_numerics and attn_type >= 4:
+            raise ValueError(f"original_numerics=True is not accepted with attn_type={attn_type}: the original has "
+                             f"attention types 0 to 3 only, so there are no numerics of its own to copy")
         if untie_r and attn_type != 0:
             raise ValueError(f"untie_r=True is not accepted with attn_type={attn_type}: it unties the u, v "
                              f"biases of attn_type 0 (type 1 has per-layer biases already, 2 and 3 have none)")
@@ -202,8 +209,10 @@ class MemTransformerLM(nn.Module):
         scheme_attention = {4: partial(RotaryMultiHeadAttn, rotary_fraction=rotary_fraction),
                             5: AlibiMultiHeadAttn,
                             6: partial(T5BiasMultiHeadAttn, num_buckets=t5_num_buckets,
-                                       max_distance=t5_max_distance)}.get(attn_type, MultiHeadAttn)
+                                       max_distance=t5_max_distance)}.get(
+            attn_type, partial(MultiHeadAttn, original_numerics=original_numerics))
         self.norm = norm
+        self.original_numerics = original_numerics
 
         self.n_token = n_token
         self.d_embed = d_embed
@@ -232,7 +241,7 @@ class MemTransformerLM(nn.Module):
             if attn_type == 0:
                 layer = RelPartialLearnableDecoderLayer(n_head, d_model, d_head, d_inner, dropout, dropatt=dropatt,
                                                         pre_lnorm=pre_lnorm, untie_r=untie_r,
-                                                        round_scores_to_float32=round_scores_to_float32, norm=norm)
+                                                        original_numerics=original_numerics, norm=norm)
             elif attn_type == 1:
                 layer = RelLearnableDecoderLayer(n_head, d_model, d_head, d_inner, dropout, dropatt=dropatt,
                                                  pre_lnorm=pre_lnorm, norm=norm)

@@ -6,9 +6,9 @@ $$A_{i,j} = q_i^\top k_j$$
 with the queries `q_net` ($W_q$) of the segment and keys and values `kv_net` ($W_k$, $W_v$) of the memory
 followed by the segment, no biases. Positions are not seen here: the model adds them to the inputs.
 
-With `pre_lnorm`, the queries come from the layer-normalised segment like the keys and values (the
-original took them from the un-normalised input, an inconsistency not copied here; the two agree without
-`pre_lnorm`).
+With `pre_lnorm`, the queries come from the layer-normalised segment like the keys and values. The original
+took them from the un-normalised input, an inconsistency not copied by default; `original_numerics=True` copies it
+(for checkpoints trained with the original). The two agree without `pre_lnorm`.
 """
 from typing import Optional, Tuple, Union
 
@@ -25,6 +25,7 @@ class MultiHeadAttn(XLAttentionBase):
     """
     Args:
         n_head, d_model, d_head, dropout, dropatt, pre_lnorm, norm: see `XLAttentionBase`.
+        original_numerics: with `pre_lnorm`, the queries from the un-normalised input, as the original.
 
     Shape:
         `h` `[qlen, bsz, d_model]`; `attn_mask` boolean `[qlen, klen, 1]`, True where masked;
@@ -33,8 +34,8 @@ class MultiHeadAttn(XLAttentionBase):
     """
 
     def __init__(self, n_head: int, d_model: int, d_head: int, dropout: float, dropatt: float = 0.0,
-                 pre_lnorm: bool = False, norm: str = 'layer_norm'):
-        super().__init__(n_head, d_model, d_head, dropout, dropatt, pre_lnorm, norm=norm)
+                 pre_lnorm: bool = False, norm: str = 'layer_norm', original_numerics: bool = False):
+        super().__init__(n_head, d_model, d_head, dropout, dropatt, pre_lnorm, original_numerics, norm)
         # $W_q$
         self.q_net = nn.Linear(d_model, n_head * d_head, bias=False)
         # $W_k$ and $W_v$ in one matrix
@@ -51,7 +52,8 @@ class MultiHeadAttn(XLAttentionBase):
                 return_kv: bool = False) -> Union[torch.Tensor, Tuple[torch.Tensor, KeysValues]]:
         plan = Plan.now(h.device) if plan is None else plan
         # $[W_q; W_k; W_v]$ as one product of the segment
-        q, kv = self._project(plan, torch.cat([self.q_net.weight, self.kv_net.weight]), h, mems, mems_kv)
+        q, kv = self._project(plan, torch.cat([self.q_net.weight, self.kv_net.weight]), h, mems, mems_kv,
+                              raw_queries=self.original_numerics)
         klen = kv.segment.shape[3] + (0 if kv.memory is None else kv.memory.shape[3])
         terms = self.position_terms(plan, q.shape[2], klen, q)
         # $A_{i,j} = q_i^\top k_j$, with the position terms of a scheme

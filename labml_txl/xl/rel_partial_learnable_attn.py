@@ -25,7 +25,9 @@ from .attention_base import KeysValues, XLAttentionBase
 class RelPartialLearnableMultiHeadAttn(XLAttentionBase):
     """
     Args:
-        n_head, d_model, d_head, dropout, dropatt, pre_lnorm, round_scores_to_float32, norm: see `XLAttentionBase`.
+        n_head, d_model, d_head, dropout, dropatt, pre_lnorm, norm: see `XLAttentionBase`.
+        original_numerics: round the scaled scores to float32 before the softmax, as the original does
+            (`attn_score.float().masked_fill(...).type_as(attn_score)`): a change only in float64.
         untie_r: own the biases `r_w_bias` ($u$) and `r_r_bias` ($v$) instead of taking them in `forward`.
 
     Shape:
@@ -37,9 +39,9 @@ class RelPartialLearnableMultiHeadAttn(XLAttentionBase):
     """
 
     def __init__(self, n_head: int, d_model: int, d_head: int, dropout: float, dropatt: float = 0.0,
-                 pre_lnorm: bool = False, untie_r: bool = False, round_scores_to_float32: bool = False,
+                 pre_lnorm: bool = False, untie_r: bool = False, original_numerics: bool = False,
                  norm: str = 'layer_norm'):
-        super().__init__(n_head, d_model, d_head, dropout, dropatt, pre_lnorm, round_scores_to_float32, norm)
+        super().__init__(n_head, d_model, d_head, dropout, dropatt, pre_lnorm, original_numerics, norm)
         # $W_q$, $W_{k,E}$ and $W_v$ in one matrix
         self.qkv_net = nn.Linear(d_model, 3 * n_head * d_head, bias=False)
         # $W_{k,R}$
@@ -88,6 +90,6 @@ class RelPartialLearnableMultiHeadAttn(XLAttentionBase):
         terms = RelativeTerms(self._projected_table(plan, r), content_bias=r_w_bias, position_bias=r_r_bias)
         attn_vec, _ = dispatch.attend(plan, q, **kv.attend_arguments(), scale=self.scale, masked=attn_mask, terms=terms,
                                       get_scores=dispatch.score_hook(self, terms=terms),
-                                      dropout=self.dropatt, round_scores_to_float32=self.round_scores_to_float32)
+                                      dropout=self.dropatt, round_scores_to_float32=self.original_numerics)
         out = self._output(plan, w, attn_vec)
         return (out, kv) if return_kv else out

@@ -122,6 +122,8 @@ def test_other_constructor_arguments():
         MemTransformerLM(**small_config(attn_type=7))
     with raises(ValueError, 'untie_r=True', 'attn_type=2'):
         MemTransformerLM(**small_config(attn_type=2, untie_r=True))
+    with raises(ValueError, 'original_numerics=True', 'attn_type=5', 'types 0 to 3'):
+        MemTransformerLM(**small_config(attn_type=5, original_numerics=True))
     with raises(ValueError, 'same_length=True', 'mem_len=0'):
         MemTransformerLM(**small_config(same_length=True, mem_len=0))
     with raises(ValueError, 'n_head * d_head', 'attn_type=3'):
@@ -173,7 +175,8 @@ def test_a_transposed_target_is_named_as_such():
     assert 'transposed' not in str(error.value)
 
 
-@pytest.mark.parametrize('argument', ['pre_lnorm', 'same_length', 'tie_weight', 'adapt_inp', 'untie_r'])
+@pytest.mark.parametrize('argument', ['pre_lnorm', 'same_length', 'tie_weight', 'adapt_inp', 'untie_r',
+                                      'original_numerics'])
 @pytest.mark.parametrize('value', ['False', 'no', 0, None])
 def test_boolean_arguments_take_only_bools(argument, value):
     with raises(TypeError, f'{argument}={value!r} is not accepted', 'must be a bool'):
