@@ -13,6 +13,10 @@ says what it adds in `position_terms` (the package's schemes: relative, rotary, 
 `get_scores` (`docs/attention.md` works one through). How the attention is computed is `dispatch.attend`'s
 choice: `scaled_dot_product_attention` where it serves, else the head-major composite, or the readable reference
 (`impl='reference'`, or a `get_scores` of a subclass's own, which only the reference calls).
+
+labml_nn's `MultiHeadAttention` wraps each of the query, key and value projections in a
+`PrepareForMultiHeadAttention`, so its state_dict names them `query.linear.weight` where ours has `query.weight`;
+`load_state_dict` here accepts both names (`_load_from_state_dict`), so a labml_nn checkpoint loads as it is.
 """
 import math
 from typing import Optional, Tuple, Union
@@ -76,6 +80,23 @@ class MultiHeadAttention(nn.Module):
         # $\frac{1}{\sqrt{d_k}}$
         self.scale = 1 / math.sqrt(self.d_k)
         self.impl = check_impl(impl)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        """Renames labml_nn's entries of the projections (`query.linear.weight`, see the module's docstring) to
+        ours before loading; the projections, loaded after this module, read the renamed entries."""
+        for projection in ('query', 'key', 'value'):
+            for tensor in ('weight', 'bias'):
+                theirs, ours = f'{prefix}{projection}.linear.{tensor}', f'{prefix}{projection}.{tensor}'
+                if theirs not in state_dict:
+                    continue
+                if ours in state_dict:
+                    error_msgs.append(f"both {theirs!r} (labml_nn's name) and {ours!r} are in the state_dict: "
+                                      f"they name the same tensor; keep one")
+                else:
+                    state_dict[ours] = state_dict.pop(theirs)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
 
     def _check_inputs(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       mask: Optional[torch.Tensor]) -> Tuple[int, int]:

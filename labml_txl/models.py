@@ -7,6 +7,10 @@ token embeddings with positions, a stack of layers, and a generator that maps th
 Each sub-layer is wrapped in a residual connection with layer normalisation, placed either before the
 sub-layer (pre-norm, $x + f(\mathop{LN}(x))$, the default as in labml_nn) or after the residual sum
 (post-norm, $\mathop{LN}(x + f(x))$, the paper's placement). `norm_first` chooses, as in `torch.nn.Transformer`.
+
+Parameter names are labml_nn's, and its state_dicts load here with `load_state_dict(strict=True)`: the attention
+also accepts labml_nn's names of its projections (`mha.py`), and `EmbeddingsWithPositionalEncoding` accepts the
+sinusoidal table labml_nn saves when it equals its own (ours is computed, not loaded: our state_dicts leave it out).
 """
 import copy
 import math
@@ -58,6 +62,31 @@ class EmbeddingsWithPositionalEncoding(_TokenEmbeddings):
         super().__init__(d_model, n_vocab, max_len)
         self.register_buffer('positional_encodings', get_positional_encoding(d_model, max_len), persistent=False)
 
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        """Accepts the table labml_nn saves (its buffer is persistent) when it equals ours, and drops it: the
+        sinusoids are fixed, so a state_dict cannot change them. A table of another shape or other values is
+        refused, naming the key."""
+        key = f'{prefix}positional_encodings'
+        given = state_dict.pop(key, None)
+        if given is not None:
+            ours = self.positional_encodings
+            if given.shape != ours.shape or not given.is_floating_point():
+                error_msgs.append(f"{key} of shape {list(given.shape)} and dtype {given.dtype} is not accepted: this "
+                                  f"module's fixed sinusoids are {list(ours.shape)} floats (max_len={self.max_len}, "
+                                  f"d_model={self.d_model}); build it with the max_len of the table")
+            else:
+                # a few units in the last place of the coarser dtype: a table computed by another library or device
+                tolerance = 4 * max(torch.finfo(given.dtype).eps, torch.finfo(ours.dtype).eps)
+                difference = (given.to(ours.device, torch.float64) - ours.double()).abs().max().item()
+                if difference > tolerance:
+                    error_msgs.append(f"{key} is not accepted: it differs from this module's fixed sinusoids by up "
+                                      f"to {difference:.3g} (accepted: equal within {tolerance:.1g}), and they are "
+                                      f"not loaded; a learned table belongs in EmbeddingsWithLearnedPositionalEncoding "
+                                      f"('learned_pos')")
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
 
 class EmbeddingsWithLearnedPositionalEncoding(_TokenEmbeddings):
     """
@@ -94,6 +123,15 @@ class TransformerLayer(nn.Module):
         layer_norm_eps: the $\\epsilon$ of the layer norms.
         norm: `'layer_norm'` or `'rms_norm'` (`norms.py`).
 
+    Attributes:
+        is_save_ff_input: when True, each call keeps the input of the feed-forward network in `ff_input` (after
+            `norm_ff` in a pre-norm layer, as labml_nn does; the residual stream itself in a post-norm one).
+            Elsewhere the package passes inputs and results as arguments, never as attributes around a call; this
+            is labml_nn's public attribute API, kept as small as it allows and only so that code written for it
+            runs unchanged (its kNN-LM experiment reads `ff_input` of the last layer).
+        ff_input: that input of the last call, `[seq_len, batch, d_model]`; None until a call with
+            `is_save_ff_input` on.
+
     Shape:
         `x` `[seq_len, batch, d_model]`, `mask` `[seq_len or 1, seq_len, batch or 1]`,
         `src` `[src_len, batch, d_model]`, `src_mask` `[seq_len or 1, src_len, batch or 1]`; output as `x`.
@@ -117,6 +155,22 @@ class TransformerLayer(nn.Module):
         if src_attn is not None:
             self.norm_src_attn = make_norm(norm, d_model, eps=layer_norm_eps)
         self.norm_ff = make_norm(norm, d_model, eps=layer_norm_eps)
+        self._is_save_ff_input = False
+        self.ff_input: Optional[torch.Tensor] = None
+
+    @property
+    def is_save_ff_input(self) -> bool:
+        return self._is_save_ff_input
+
+    @is_save_ff_input.setter
+    def is_save_ff_input(self, value: bool):
+        require_bool('is_save_ff_input', value)
+        self._is_save_ff_input = value
+
+    def _feed_forward(self, z: torch.Tensor) -> torch.Tensor:
+        if self._is_save_ff_input:
+            self.ff_input = z.clone()
+        return self.feed_forward(z)
 
     def _residual(self, x: torch.Tensor, norm: nn.Module, sublayer) -> torch.Tensor:
         if self.norm_first:
@@ -134,7 +188,7 @@ class TransformerLayer(nn.Module):
                                  "only a decoder layer attends to an encoder output")
             x = self._residual(x, self.norm_src_attn,
                                lambda z: self.src_attn(query=z, key=src, value=src, mask=src_mask))
-        return self._residual(x, self.norm_ff, self.feed_forward)
+        return self._residual(x, self.norm_ff, self._feed_forward)
 
 
 def _clone_layers(layer: nn.Module, n_layers: int) -> nn.ModuleList:
