@@ -42,7 +42,7 @@ import sys
 import zipfile
 from collections import Counter, OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 

@@ -132,7 +132,7 @@ ARRAYS = {
 }
 
 
-@pytest.mark.parametrize('protocol', [2, 3, 4])
+@pytest.mark.parametrize('protocol', [0, 1, 2, 3, 4])
 @pytest.mark.parametrize('name', list(ARRAYS))
 def test_numpy_arrays_become_equal_tensors(name, protocol):
     array = ARRAYS[name]
