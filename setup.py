@@ -28,7 +28,7 @@ setuptools.setup(
         # The plots of the experiments (`experiments/position_schemes.py`)
         'experiments': ['matplotlib>=3.5'],
         # The independent implementations the tests and the benchmark compare against: Hugging Face's TransfoXL
-        # (4.44.2 is the last release that ships it, deprecated) and x-transformers
-        'peers': ['transformers==4.44.2', 'x-transformers>=2.0'],
+        # (4.44.2 is the last release that ships it, deprecated; its tokenizer needs sacremoses) and x-transformers
+        'peers': ['transformers==4.44.2', 'sacremoses>=0.1', 'x-transformers>=2.0'],
     },
 )

@@ -19,6 +19,9 @@ from labml_txl.data.files import DataFileFormatError, EmptyDataFileError, Missin
 from labml_txl.data.lm1b import load_lm1b
 from labml_txl.data.ordered_iterator import LMOrderedIterator
 from labml_txl.data.ptb import load_ptb
+from labml_txl.data.published_vocabulary import AuthorsCache, load_authors_cache, vocabulary_from_authors_cache, \
+    vocabulary_from_hf_pickle
+from labml_txl.data.safe_pickle import ForbiddenGlobalError
 from labml_txl.data.shuffled_iterator import LMMultiFileIterator, LMShuffledIterator
 from labml_txl.data.text8 import load_text8
 from labml_txl.data.tiny_shakespeare import TINY_SHAKESPEARE_PATH, load_tiny_shakespeare, \
@@ -32,4 +35,6 @@ __all__ = [
     'load_tiny_shakespeare', 'load_tiny_shakespeare_corpus', 'TINY_SHAKESPEARE_PATH',
     'load_enwik8', 'load_text8', 'load_wikitext', 'load_wt103', 'load_wt2', 'load_ptb', 'load_lm1b',
     'MissingDataFileError', 'EmptyDataFileError', 'DataFileFormatError',
+    'vocabulary_from_hf_pickle', 'load_authors_cache', 'vocabulary_from_authors_cache', 'AuthorsCache',
+    'ForbiddenGlobalError',
 ]
