@@ -8,6 +8,7 @@ Each run is a process of its own, as each is a script: labml keeps its experimen
 process-wide state, and `compat` changes the labml modules for the rest of the process.
 """
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -25,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 # and torchvision has no CPU wheel here: empty stand-ins of the modules and the three names its class
 # annotations read let it import; the text experiment never touches them.
 PROLOGUE = '''
-import sys, types
+import os, sys, types
 torchvision = types.ModuleType('torchvision')
 torchvision.datasets = types.ModuleType('torchvision.datasets')
 torchvision.transforms = types.ModuleType('torchvision.transforms')
@@ -41,7 +42,7 @@ from labml.configs import option
 from labml_nn.transformers.basic import autoregressive_experiment as script
 from labml_txl.configs import TransformerConfigs
 
-lab.configure({'path': '.'})
+lab.configure({'path': os.getcwd()})  # runs and data in the test's folder
 
 
 # The script's own option for `transformer`, with this package's TransformerConfigs
@@ -90,7 +91,7 @@ print('RESULT', json.dumps({'step': tracker.get_global_step(), 'encoder': type(m
 
 def _run(script: str, cwd: Path, *args: str) -> dict:
     out = subprocess.run([sys.executable, '-c', 'import json\n' + script, *args], cwd=cwd, capture_output=True,
-                         text=True, timeout=300, env={**__import__('os').environ, 'PYTHONPATH': str(REPO)})
+                         text=True, timeout=300, env={**os.environ, 'PYTHONPATH': str(REPO)})
     assert out.returncode == 0, (out.stdout[-3000:], out.stderr[-3000:])
     line = next(line for line in out.stdout.splitlines() if line.startswith('RESULT '))
     return json.loads(line[len('RESULT '):])
@@ -136,5 +137,5 @@ def test_the_opt_in_adds_the_calls_to_labml():
         importlib.reload(labml_txl.compat)  # a second import changes nothing more
         assert labml.experiment.start is run_models.start
         print('added')
-    ''')], capture_output=True, text=True, timeout=120, env={**__import__('os').environ, 'PYTHONPATH': str(REPO)})
+    ''')], capture_output=True, text=True, timeout=120, env={**os.environ, 'PYTHONPATH': str(REPO)})
     assert out.returncode == 0 and out.stdout.strip() == 'added', out.stderr[-2000:]
