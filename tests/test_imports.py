@@ -1,4 +1,5 @@
-"""Importing the package changes nothing global: no optimizer hook, no kernel built, no extension builder imported."""
+"""Importing the package changes nothing global: no optimizer hook, no kernel built, no extension builder imported,
+and labml as it is (only `import labml_txl.compat` adds labml 0.4's calls back to it)."""
 import subprocess
 import sys
 
@@ -6,11 +7,15 @@ CHECK = r'''
 import sys
 import torch
 import torch.optim.optimizer as optimizer
+import labml.experiment, labml.tracker
 hooks = len(optimizer._global_optimizer_post_hooks)
+labml_names = (dict(vars(labml.experiment)), dict(vars(labml.tracker)))
 import labml_txl, labml_txl.configs, labml_txl.xl, labml_txl.train.trainer, labml_txl.native
 import labml_txl.dispatch, labml_txl.attention_heads, labml_txl.relative_attention, labml_txl.attention_mask
 import labml_txl.positional_encoding, labml_txl.mha, labml_txl.relative_mha, labml_txl.dropout
-import labml_txl.prepacked_linear
+import labml_txl.prepacked_linear, labml_txl.train.run_models, labml_txl.train.tracker_text_and_debug
+assert 'labml_txl.compat' not in sys.modules, 'labml_txl.compat was imported'
+assert (dict(vars(labml.experiment)), dict(vars(labml.tracker))) == labml_names, 'labml was changed'
 assert len(optimizer._global_optimizer_post_hooks) == hooks, 'an optimizer hook was registered at import'
 assert 'torch.utils.cpp_extension' not in sys.modules, 'the extension builder was imported'
 from labml_txl.native import build

@@ -64,11 +64,12 @@ def _write(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def save_checkpoint(directory: Path, step: int, state: Dict[str, Any], keep: int = 2) -> Path:
+def save_checkpoint(directory: Path, step: int, state: Dict[str, Any], keep: Optional[int] = 2) -> Path:
     """
     Write `state` as the checkpoint of `step` (atomically, see the module's docstring) and keep only the newest
-    `keep` checkpoints; returns its folder. A failed write (a full disk, say) removes what it wrote and raises a
-    `CheckpointError` naming the step, the reason and the newest checkpoint left intact.
+    `keep` checkpoints (every one with `keep=None`); returns its folder. A failed write (a full disk, say) removes
+    what it wrote and raises a `CheckpointError` naming the step, the reason and the newest checkpoint left
+    intact.
     """
     directory.mkdir(parents=True, exist_ok=True)
     for unfinished in directory.glob(PARTIAL_PREFIX + '*'):
@@ -95,8 +96,9 @@ def save_checkpoint(directory: Path, step: int, state: Dict[str, Any], keep: int
         full = ' (the disk is full: free space, then resume the run)' if error.errno == errno.ENOSPC else ''
         raise CheckpointError(f"could not write the checkpoint of step {step} in {directory}: {error}{full}; "
                               f"{left}") from error
-    for old in checkpoint_steps(directory)[:-keep]:
-        shutil.rmtree(directory / str(old))
+    if keep is not None:
+        for old in checkpoint_steps(directory)[:-keep]:
+            shutil.rmtree(directory / str(old))
     return target
 
 

@@ -78,10 +78,11 @@ def lock_run(run_path: Path, run_uuid: str) -> FileLock:
     return lock
 
 
-def find_run(run_uuid: str) -> Path:
+def find_run(run_uuid: str,
+             where: str = 'runs are looked for in the labml project of the working directory') -> Path:
     """
     The folder of run `run_uuid` under the lab's experiments (rank 0's, `<uuid>.0`, for a distributed run), or a
-    `RunNotFoundError` naming where it looked.
+    `RunNotFoundError` naming where it looked and, in `where`, how that project was chosen.
     """
     experiments = Path(lab.get_experiments_path())
     if experiments.exists():
@@ -90,7 +91,7 @@ def find_run(run_uuid: str) -> Path:
                 if (experiment_path / folder).is_dir():
                     return experiment_path / folder
     raise RunNotFoundError(f"run UUID {run_uuid!r} does not exist under {experiments}{_known_runs(experiments)}; "
-                           f"runs are looked for in the labml project of the working directory")
+                           f"{where}")
 
 
 def save_overrides(run_path: Path, overrides: Dict[str, Any]) -> None:

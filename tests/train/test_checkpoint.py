@@ -69,6 +69,13 @@ def test_saves_and_keeps_only_the_newest(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ['20', '30']
 
 
+def test_keep_none_keeps_every_checkpoint(tmp_path):
+    for step in (10, 20, 30):
+        save_checkpoint(tmp_path, step, {'x': torch.full((3,), float(step))}, keep=None)
+    assert checkpoint_steps(tmp_path) == [10, 20, 30]
+    assert torch.equal(read_checkpoint(tmp_path / '10')['x'], torch.full((3,), 10.0))
+
+
 def _tensor_data_offset(path, name):
     """Where tensor `name`'s bytes start in a safetensors file (8-byte header length, JSON header, data)."""
     raw = path.read_bytes()
