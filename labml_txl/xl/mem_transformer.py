@@ -351,7 +351,8 @@ class MemTransformerLM(nn.Module):
         A model from a folder as Hugging Face's `TransfoXLLMHeadModel.save_pretrained` writes it (transformers
         4.44): `config.json` with `model.safetensors` or `pytorch_model.bin`, read without executing pickled code.
         The config gives the constructor arguments, `overrides` (constructor keywords, e.g. `mem_len=1600`,
-        `impl='reference'`) replace them. Returned in evaluation mode, as Hugging Face returns it.
+        `impl='reference'`) replace them. Returned in evaluation mode, in the default dtype (float32) whatever the
+        file's, as Hugging Face returns it.
 
         Raises an exception, before any weight is read, for a folder without a config, a `model_type` other than
         `'transfo-xl'`, and weights that are missing, unexpected or of another shape (named, with both shapes).
