@@ -61,6 +61,7 @@ from ..norms import check_norm
 from ..positional_encoding import relative_distances
 from ..rotary_mha import rotary_features
 from ..t5_bias_mha import check_t5_buckets
+from . import hf_format
 from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
 from .checks import check_cutoffs, check_lengths, check_tokens
@@ -350,6 +351,30 @@ class MemTransformerLM(nn.Module):
         param = self.word_emb.emb_layers[0].weight
         shape = (0,) if bsz is None else (0, bsz, self.d_model)
         return [torch.empty(shape, dtype=param.dtype, device=param.device) for _ in range(self.n_layer + 1)]
+
+    # -- Hugging Face's TransfoXL folders (`hf_format.py`) --
+
+    @classmethod
+    def from_pretrained(cls, path, **overrides) -> 'MemTransformerLM':
+        """
+        A model from a folder as Hugging Face's `TransfoXLLMHeadModel.save_pretrained` writes it (transformers
+        4.44): `config.json` with `model.safetensors` or `pytorch_model.bin`, read without executing pickled code.
+        The config gives the constructor arguments, `overrides` (constructor keywords, e.g. `mem_len=1600`,
+        `impl='reference'`) replace them. Returned in evaluation mode, in the default dtype (float32) whatever the
+        file's, as Hugging Face returns it.
+
+        Raises an exception, before any weight is read, for a folder without a config, a `model_type` other than
+        `'transfo-xl'`, and weights that are missing, unexpected or of another shape (named, with both shapes).
+        """
+        return hf_format.load_pretrained(cls, path, **overrides)
+
+    def save_pretrained(self, path) -> None:
+        """
+        Write this model into the folder `path` as Hugging Face's TransfoXL: `config.json` and `model.safetensors`,
+        which `TransfoXLLMHeadModel.from_pretrained` of transformers 4.44 reads. A `ValueError` names what Hugging
+        Face cannot represent (attention types other than 0, RMSNorm, the sampled softmax, `ext_len > 0`).
+        """
+        hf_format.save_pretrained(self, path)
 
     # -- checks at the point of entry --
 
