@@ -195,8 +195,9 @@ def choose_attention(plan: Plan, q: torch.Tensor, klen: int, masked: Optional[to
     common = None
     if get_scores is not None:
         common = 'the scores come from an overridden get_scores, which only the reference calls'
-    elif round_scores_to_float32:
-        common = 'the scores are rounded to float32 before the softmax (only the reference shows them)'
+    elif round_scores_to_float32 and q.dtype == torch.float64:
+        # (in float32 or narrower the rounding changes nothing: every implementation serves)
+        common = 'float64 scores are rounded to float32 before the softmax (only the reference shows them)'
     kernel = common or _kernel_refusal(plan, q, klen, terms, window, [q] + tensors)
     if kernel is None and need_weights:
         kernel = 'the weights are asked for (need_weights), which the kernel never keeps'

@@ -49,8 +49,9 @@ HF_DEFAULTS = dict(pre_lnorm=False, mem_len=1600, clamp_len=1000, same_length=Tr
                    attn_type=0, sample_softmax=-1, dropout=0.1, dropatt=0.0, untie_r=True, layer_norm_epsilon=1e-5)
 # The $\epsilon$ of every layer norm here (`norms.make_norm`), Hugging Face's default
 LAYER_NORM_EPS = 1e-5
-# Constructor arguments every loaded model gets unless `overrides` say otherwise, beside those read from config.json
-LOAD_DEFAULTS: Dict[str, object] = {}
+# Constructor arguments every loaded model gets unless `overrides` say otherwise, beside those read from config.json:
+# the published models were trained with the original code, so they compute as it does
+LOAD_DEFAULTS: Dict[str, object] = {'original_numerics': True}
 # Rows of the head's cluster entries, in Hugging Face's order in the file and the original's in the model
 CLUSTER_ROWS = ('crit.cluster_weight', 'crit.cluster_bias')
 

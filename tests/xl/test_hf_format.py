@@ -12,6 +12,7 @@ import safetensors.torch
 import torch
 from transformers.models.deprecated.transfo_xl import TransfoXLConfig, TransfoXLLMHeadModel
 
+from labml_txl import dispatch
 from labml_txl.xl import MemTransformerLM
 from labml_txl.xl.hf_format import WeightFiles
 
@@ -119,7 +120,12 @@ def test_hf_folder_loads_with_the_same_log_probs(tmp_path, hf_on_current_torch, 
     hf = random_hf_model(hf_settings(**changes))
     hf.save_pretrained(tmp_path, **save)
     ours = MemTransformerLM.from_pretrained(tmp_path)
-    assert not ours.training
+    # A published model computes as the original code that trained it
+    assert not ours.training and ours.original_numerics
+    with dispatch.recording() as choices:
+        our_log_probs(ours, segments())
+    # ... which in float32 changes nothing, so the fast paths serve it
+    assert 'reference' not in {c.chosen for c in choices if c.operation == 'attention'}
     data = segments()
     assert max_difference(hf_log_probs(hf, data), our_log_probs(ours, data)) < ATOL
 
@@ -203,8 +209,10 @@ def test_config_of_the_original_era(tmp_path):
 
 def test_overrides_replace_the_config(tmp_path):
     random_hf_model(hf_settings(div_val=4)).save_pretrained(tmp_path)
-    model = MemTransformerLM.from_pretrained(tmp_path, mem_len=16, same_length=False, impl='reference')
+    model = MemTransformerLM.from_pretrained(tmp_path, mem_len=16, same_length=False, impl='reference',
+                                             original_numerics=False)
     assert (model.mem_len, model.same_length, model.impl, model.clamp_len) == (16, False, 'reference', 4)
+    assert not model.original_numerics
 
 
 # -- bad input --
