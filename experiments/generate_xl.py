@@ -1,8 +1,13 @@
 """
-Sample text from a trained Transformer-XL run, one token at a time with memories.
+Sample text from a trained Transformer-XL run, or a published model, one token at a time with memories.
 
     python experiments/generate_xl.py RUN_UUID [prompt="ROMEO:"] [n_tokens=500] [temperature=0.8] [top_k=0]
                                                [top_p=0.95] [context=512] [seed=0]
+    python experiments/generate_xl.py pretrained=PATH [vocab=PATH] [prompt="The meaning of life is"] [...]
+
+`pretrained=PATH` is a Hugging Face TransfoXL folder (docs/pretrained.md) with its vocabulary: the folder's
+`vocab.pkl`, or `vocab=PATH` (Hugging Face's `vocab.pkl`, or the authors' `cache.pkl` / `cache.pt`). A word-level
+prompt is split on spaces; words the vocabulary lacks become its unknown symbol.
 """
 import sys
 from typing import Any, Dict, List
@@ -11,17 +16,35 @@ import torch
 
 from labml_txl.cli import parse_overrides, run_script
 from labml_txl.generation import generate
+from labml_txl.published_models import read_vocabulary, text_codec, vocabulary_path
 from labml_txl.train.runs import load_trained_run
+from labml_txl.xl import MemTransformerLM
 
 SETTINGS = ('prompt', 'n_tokens', 'temperature', 'top_k', 'top_p', 'context', 'seed')
 
 
-def sample_run(run_uuid: str, settings: Dict[str, Any]) -> str:
-    unknown = sorted(set(settings) - set(SETTINGS))
+def _check_settings(settings: Dict[str, Any], accepted) -> None:
+    unknown = sorted(set(settings) - set(accepted))
     if unknown:
-        raise ValueError(f"unknown setting(s) {unknown}: generate_xl.py accepts {', '.join(SETTINGS)}")
+        raise ValueError(f"unknown setting(s) {unknown}: generate_xl.py accepts {', '.join(accepted)}")
+
+
+def sample_run(run_uuid: str, settings: Dict[str, Any]) -> str:
+    _check_settings(settings, SETTINGS)
     conf, _ = load_trained_run(run_uuid)
     return sample_text(conf.model, conf.corpus, **settings)
+
+
+def sample_pretrained(settings: Dict[str, Any]) -> str:
+    _check_settings(settings, SETTINGS + ('pretrained', 'vocab'))
+    settings = dict(settings)
+    path = settings.pop('pretrained')
+    model = MemTransformerLM.from_pretrained(path)
+    vocabulary, cache = read_vocabulary(vocabulary_path(path, settings.pop('vocab', None)))
+    if len(vocabulary) != model.n_token:
+        raise ValueError(f"the vocabulary has {len(vocabulary):,} symbols and the model {model.n_token:,}: give the "
+                         f"model's own vocabulary with vocab=PATH")
+    return sample_text(model, text_codec(vocabulary, cache), **settings)
 
 
 def sample_text(model, corpus, prompt: str = '\n', n_tokens: int = 500, temperature: float = 0.8, top_k: int = 0,
@@ -31,12 +54,21 @@ def sample_text(model, corpus, prompt: str = '\n', n_tokens: int = 500, temperat
     ids = corpus.encode(prompt).view(-1, 1)
     tokens = generate(model, ids, n_tokens, context=context, temperature=temperature, top_k=top_k, top_p=top_p,
                       generator=torch.Generator().manual_seed(seed))
-    return prompt + corpus.decode(tokens[:, 0])
+    # Words are joined by spaces; characters and bytes follow the prompt as they are
+    separator = ' ' if corpus.level == 'word' and prompt and not prompt[-1].isspace() else ''
+    return prompt + separator + corpus.decode(tokens[:, 0])
 
 
 def main(argv: List[str]) -> int:
-    return run_script(lambda args: print(sample_run(args[0], parse_overrides(args[1:]))), argv, __doc__,
-                      needs_argument=True)
+    def action(args: List[str]):
+        if args and '=' not in args[0]:
+            return print(sample_run(args[0], parse_overrides(args[1:])))
+        settings = parse_overrides(args)
+        if 'pretrained' not in settings:
+            raise ValueError("give a RUN_UUID, or pretrained=PATH for a published model (see --help)")
+        print(sample_pretrained(settings))
+
+    return run_script(action, argv, __doc__, needs_argument=True)
 
 
 if __name__ == '__main__':

@@ -33,3 +33,16 @@ def count_calls(monkeypatch):
             monkeypatch.setattr(module, name, counting)
         return counts
     return wrap
+
+
+@pytest.fixture
+def hf_on_current_torch(monkeypatch):
+    """transformers 4.44.2's `TransfoXLModel.forward` calls `torch.arange(...).type_as(dtype=word_emb.dtype)`,
+    which current torch refuses (`type_as` takes a tensor, not a dtype). For these tests only, `type_as` also takes
+    `dtype=` and converts to it, which is what that one line means; nothing else changes."""
+    type_as = torch.Tensor.type_as
+
+    def type_as_or_dtype(self, other=None, *, dtype=None):
+        return self.to(dtype) if dtype is not None else type_as(self, other)
+
+    monkeypatch.setattr(torch.Tensor, 'type_as', type_as_or_dtype)

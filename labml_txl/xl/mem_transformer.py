@@ -75,6 +75,8 @@ from .positional_embedding import PositionalEmbedding
 from .rel_learnable_attn import last_rows
 
 ATTN_TYPES = (0, 1, 2, 3, 4, 5, 6)
+# The types whose learned tables are sized by `tgt_len + ext_len + mem_len`, so `tgt_len` must be given
+LEARNED_TABLE_TYPES = (1, 3)
 
 
 class MemTransformerLM(nn.Module):
@@ -184,7 +186,7 @@ class MemTransformerLM(nn.Module):
                              f"(or the default [False], tying none)")
         ext_len = 0 if ext_len is None else ext_len
         mem_len = 0 if mem_len is None else mem_len
-        check_lengths(tgt_len, ext_len, mem_len, allow_none_tgt=attn_type in (0, 2, 4, 5, 6))
+        check_lengths(tgt_len, ext_len, mem_len, allow_none_tgt=attn_type not in LEARNED_TABLE_TYPES)
         self._check_same_length(same_length, mem_len)
         if isinstance(clamp_len, bool) or not isinstance(clamp_len, int):
             raise ValueError(f"clamp_len={clamp_len!r} is not accepted: an integer (<= 0 for no clipping)")
@@ -334,8 +336,9 @@ class MemTransformerLM(nn.Module):
                              "mem_len keys, so mem_len must be at least 1 (or same_length False)")
 
     def reset_length(self, tgt_len: int, ext_len: int, mem_len: int) -> None:
-        """Change the segment, extended-context and memory lengths (e.g. a longer memory for evaluation)."""
-        check_lengths(tgt_len, ext_len, mem_len)
+        """Change the segment, extended-context and memory lengths (e.g. a longer memory for evaluation); `tgt_len`
+        may be None as in the constructor."""
+        check_lengths(tgt_len, ext_len, mem_len, allow_none_tgt=self.attn_type not in LEARNED_TABLE_TYPES)
         self._check_same_length(self.same_length, mem_len)
         # Masks with `same_length` depend on `mem_len`: start the caches afresh
         self._drop_caches()
