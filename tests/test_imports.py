@@ -10,7 +10,8 @@ hooks = len(optimizer._global_optimizer_post_hooks)
 import labml_txl, labml_txl.configs, labml_txl.xl, labml_txl.train.trainer, labml_txl.native
 import labml_txl.dispatch, labml_txl.attention_heads, labml_txl.relative_attention, labml_txl.attention_mask
 import labml_txl.positional_encoding, labml_txl.mha, labml_txl.relative_mha, labml_txl.dropout
-import labml_txl.prepacked_linear
+import labml_txl.prepacked_linear, labml_txl.xl.tf_checkpoint
+assert 'tensorflow' not in sys.modules, 'TensorFlow was imported (only reading a checkpoint may import it)'
 assert len(optimizer._global_optimizer_post_hooks) == hooks, 'an optimizer hook was registered at import'
 assert 'torch.utils.cpp_extension' not in sys.modules, 'the extension builder was imported'
 from labml_txl.native import build
