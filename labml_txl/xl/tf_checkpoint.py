@@ -161,7 +161,7 @@ def _clusters(shapes: Mapping[str, Tuple[int, ...]], scope: str, leaf: str) -> L
 
 
 def softmax_has_projections(arguments: Mapping[str, object]) -> bool:
-    """Whether the adaptive softmax projects the hidden states per cluster (`crit.out_projs`): always with
+    r"""Whether the adaptive softmax projects the hidden states per cluster (`crit.out_projs`): always with
     `div_val > 1`, with one table only when $d_{embed} \ne d_{model}$."""
     return arguments['div_val'] > 1 or arguments['d_embed'] != arguments['d_model']
 
@@ -460,7 +460,8 @@ def hf_config(arguments: Mapping[str, object]) -> Dict[str, object]:
         'vocab_size': arguments['n_token'], 'cutoffs': list(arguments['cutoffs']), 'd_model': arguments['d_model'],
         'd_embed': arguments['d_embed'], 'n_head': arguments['n_head'], 'd_head': arguments['d_head'],
         'd_inner': arguments['d_inner'], 'div_val': arguments['div_val'], 'pre_lnorm': False,
-        'n_layer': arguments['n_layer'], 'mem_len': arguments['mem_len'] or 0, 'clamp_len': arguments['clamp_len'],
+        'n_layer': arguments['n_layer'], 'tgt_len': arguments['tgt_len'], 'ext_len': arguments['ext_len'] or 0,
+        'mem_len': arguments['mem_len'] or 0, 'clamp_len': arguments['clamp_len'],
         'same_length': arguments['same_length'],
         'proj_share_all_but_first': softmax_has_projections(arguments) and any(tie_projs),
         'attn_type': 0, 'sample_softmax': -1, 'adaptive': True, 'dropout': arguments['dropout'],
