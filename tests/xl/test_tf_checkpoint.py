@@ -31,6 +31,8 @@ from labml_txl.xl.tf_checkpoint import TFCheckpointError, convert_tf_checkpoint
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 SIZES = dict(n_token=50, n_layer=2, n_head=2, d_head=8, d_inner=48)
+# The layout of the published WikiText-103 model (`tf/sota/wt103.sh`: a table per cluster, untie_r), three tail clusters
+WT103_LIKE = dict(SIZES, div_val=4, cutoffs=[10, 20, 35], d_model=32, d_embed=64, untie_r=True)
 # Evaluation settings, as a published model is run: memory longer than a segment, clamped distances, same length
 SETTINGS = dict(mem_len=6, clamp_len=5, same_length=True)
 SEGMENT, BATCH, SEGMENTS = 4, 2, 3
@@ -158,8 +160,7 @@ def hf_log_probs(model, data, n_layer, d_model):
     return torch.cat(out, dim=1)
 
 
-# The layout of the published WikiText-103 model (`tf/sota/wt103.sh`: div_val 4, untie_r, proj_share_all_but_first)
-# and the other choices of the authors' flags; three tail clusters
+# The WikiText-103 layout (`proj_share_all_but_first` too) and the other choices of the authors' flags
 HF_CASES = {
     'wt103-like': dict(d_model=32, d_embed=64, untie_r=True, proj_share_all_but_first=True),
     'shared-r-untied-projections': dict(d_model=32, d_embed=64, untie_r=False, proj_share_all_but_first=False),
@@ -170,8 +171,7 @@ HF_CASES = {
 @pytest.mark.parametrize('case', list(HF_CASES))
 def test_log_probs_equal_hf_loading_the_same_checkpoint(tf, tmp_path, case):
     options = HF_CASES[case]
-    arch = dict(SIZES, div_val=4, cutoffs=[10, 20, 35], d_model=options['d_model'], d_embed=options['d_embed'],
-                untie_r=options['untie_r'])
+    arch = dict(WT103_LIKE, d_model=options['d_model'], d_embed=options['d_embed'], untie_r=options['untie_r'])
     prefix = tmp_path / 'model.ckpt-0'
     values = write_checkpoint(tf, prefix, authors_variables(**arch, proj_share_all_but_first=options['proj_share_all_but_first']))
     ours = convert_tf_checkpoint(prefix, SETTINGS)
@@ -288,9 +288,8 @@ def test_embedding_and_softmax_follow_the_authors_formulas(tf, tmp_path, case):
 
 
 def test_sizes_come_from_the_checkpoint_and_settings_from_the_config(tf, tmp_path):
-    arch = dict(SIZES, div_val=4, cutoffs=[10, 20, 35], d_model=32, d_embed=64, untie_r=True)
     prefix = tmp_path / 'model.ckpt-0'
-    write_checkpoint(tf, prefix, authors_variables(**arch, proj_share_all_but_first=True))
+    write_checkpoint(tf, prefix, authors_variables(**WT103_LIKE, proj_share_all_but_first=True))
     model = convert_tf_checkpoint(str(prefix) + '.index', dict(SETTINGS, tgt_len=SEGMENT, n_layer=2))
     assert (model.n_layer, model.n_head, model.d_head, model.d_model, model.d_embed, model.div_val) == (2, 2, 8, 32,
                                                                                                        64, 4)
@@ -301,8 +300,7 @@ def test_sizes_come_from_the_checkpoint_and_settings_from_the_config(tf, tmp_pat
 
 
 def test_a_missing_variable_is_named(tf, tmp_path):
-    arch = dict(SIZES, div_val=4, cutoffs=[10, 20, 35], d_model=32, d_embed=64, untie_r=True)
-    variables = authors_variables(**arch, proj_share_all_but_first=True)
+    variables = authors_variables(**WT103_LIKE, proj_share_all_but_first=True)
     del variables['transformer/layer_1/ff/layer_2/bias']
     prefix = tmp_path / 'model.ckpt-0'
     write_checkpoint(tf, prefix, variables)
@@ -312,8 +310,7 @@ def test_a_missing_variable_is_named(tf, tmp_path):
 
 
 def test_a_variable_of_another_shape_is_named_with_both_shapes(tf, tmp_path):
-    arch = dict(SIZES, div_val=4, cutoffs=[10, 20, 35], d_model=32, d_embed=64, untie_r=True)
-    variables = authors_variables(**arch, proj_share_all_but_first=True)
+    variables = authors_variables(**WT103_LIKE, proj_share_all_but_first=True)
     variables['transformer/layer_1/rel_attn/o/kernel'] = [16, 30]
     prefix = tmp_path / 'model.ckpt-0'
     write_checkpoint(tf, prefix, variables)
@@ -323,8 +320,7 @@ def test_a_variable_of_another_shape_is_named_with_both_shapes(tf, tmp_path):
 
 
 def test_a_variable_the_authors_model_does_not_make_is_refused(tf, tmp_path):
-    arch = dict(SIZES, div_val=4, cutoffs=[10, 20, 35], d_model=32, d_embed=64, untie_r=True)
-    variables = authors_variables(**arch, proj_share_all_but_first=True)
+    variables = authors_variables(**WT103_LIKE, proj_share_all_but_first=True)
     variables['transformer/adaptive_softmax/cutoff_1/lookup_table'] = [10, 16]
     prefix = tmp_path / 'model.ckpt-0'
     write_checkpoint(tf, prefix, variables)
@@ -333,9 +329,8 @@ def test_a_variable_the_authors_model_does_not_make_is_refused(tf, tmp_path):
 
 
 def test_a_config_that_disagrees_with_the_checkpoint_is_refused(tf, tmp_path):
-    arch = dict(SIZES, div_val=4, cutoffs=[10, 20, 35], d_model=32, d_embed=64, untie_r=True)
     prefix = tmp_path / 'model.ckpt-0'
-    write_checkpoint(tf, prefix, authors_variables(**arch, proj_share_all_but_first=True))
+    write_checkpoint(tf, prefix, authors_variables(**WT103_LIKE, proj_share_all_but_first=True))
     with pytest.raises(TFCheckpointError, match=r"config n_layer=3 disagrees with the checkpoint, which has "
                                                 r"n_layer=2 \(read from transformer/layer_\*/\)"):
         convert_tf_checkpoint(prefix, {'n_layer': 3})
@@ -351,10 +346,9 @@ def test_a_config_that_disagrees_with_the_checkpoint_is_refused(tf, tmp_path):
 def test_command_line_writes_a_folder_with_hf_config_and_safetensors(tf, tmp_path, capsys):
     import safetensors.torch
     from transformers import TransfoXLConfig
-    arch = dict(SIZES, div_val=4, cutoffs=[10, 20, 35], d_model=32, d_embed=64, untie_r=True)
     prefix = tmp_path / 'ckpt' / 'model.ckpt-0'
     prefix.parent.mkdir()
-    write_checkpoint(tf, prefix, authors_variables(**arch, proj_share_all_but_first=True))
+    write_checkpoint(tf, prefix, authors_variables(**WT103_LIKE, proj_share_all_but_first=True))
     (tmp_path / 'eval.json').write_text(json.dumps(SETTINGS))
     out = tmp_path / 'converted'
     assert tf_checkpoint.main([str(prefix), '--out', str(out), '--config', str(tmp_path / 'eval.json')]) == 0
@@ -366,10 +360,10 @@ def test_command_line_writes_a_folder_with_hf_config_and_safetensors(tf, tmp_pat
             config.tie_projs, config.mem_len, config.same_length) == (50, [10, 20, 35], 4, 64, 2, True,
                                                                       [False, True, True, True], 6, True)
     # The weights are the converted model's
-    reloaded = MemTransformerLM(**dict(arch, n_head=2, d_head=8, dropout=0.0, dropatt=0.0,
-                                       tie_projs=[False, True, True, True], **SETTINGS))
+    reloaded = MemTransformerLM(**WT103_LIKE, dropout=0.0, dropatt=0.0, tie_projs=[False, True, True, True],
+                                **SETTINGS)
     safetensors.torch.load_model(reloaded, str(out / 'model.safetensors'))
-    data = segments(arch['n_token'])
+    data = segments(WT103_LIKE['n_token'])
     assert torch.equal(ours_log_probs(reloaded.eval(), data),
                        ours_log_probs(convert_tf_checkpoint(prefix, SETTINGS), data))
 
