@@ -5,7 +5,7 @@ Each test writes a small checkpoint with TensorFlow itself, random values under 
 authors' `tf/model.py` (`authors_variables` below lists them from that file), and reads it back two ways:
 - with Hugging Face 4.44's own TensorFlow loader (`load_tf_weights_in_transfo_xl`) into its `TransfoXLLMHeadModel`,
   whose log-probabilities over segments with memories ours must equal. HF's loader reads only the layout of the
-  published WikiText-103 model (a table per cluster, `div_val > 1`, with each projection);
+  published WikiText-103 model (a table per cluster, `div_val > 1`, every projection, per-layer u and v);
 - for the layouts HF's loader does not read (one table, `div_val` 1, as enwik8 and text8; projections left out with
   `proj_same_dim=False`), the embedding and the adaptive softmax computed with numpy from the checkpoint's arrays
   by `tf/model.py`'s formulas, tail cluster i scored by the head's column `cutoffs[0] + i - 1`.
