@@ -5,9 +5,11 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --quiet
 STAMP := $(VENV)/.installed
 # Every Python package of the test environment at an exact version (`make lock` regenerates it), and the ones
-# installed without their declared dependencies (labml-nn: see the file)
+# installed without their declared dependencies (labml-nn: see the file); TensorFlow and what it adds, resolved beside
+# the lock (the tf extra, for the test of the TensorFlow checkpoint converter)
 LOCK := requirements/test.lock
 NO_DEPS_LOCK := requirements/no-deps.lock
+TF_LOCK := requirements/tf.lock
 
 .PHONY: test demo install lock clean-venv
 
@@ -24,14 +26,16 @@ $(PY):
 # Only wheels (--only-binary): nothing is built from an sdist. The order makes the result exactly the lock:
 # pip and setuptools first, at their locked versions; torch with its own dependencies (on machines where PyPI's
 # torch is a CUDA build they add its CUDA libraries, which torch pins itself); then every locked package with
-# no resolution at all; the project itself, built with the locked setuptools; a `pip check` then fails, naming
-# it, if any package needs one the lock lacks (run `make lock`), labml-nn's own left out. The browser libraries of the dashboard page
-# come from package-lock.json.
-$(STAMP): setup.py $(LOCK) $(NO_DEPS_LOCK) package.json package-lock.json | $(PY)
+# no resolution at all, then TensorFlow's (none of them in the lock, so no locked version changes); the project
+# itself, built with the locked setuptools; a `pip check` then fails, naming it, if any package needs one the locks
+# lack (run `make lock`), labml-nn's own left out. The browser libraries of the dashboard page come from
+# package-lock.json.
+$(STAMP): setup.py $(LOCK) $(NO_DEPS_LOCK) $(TF_LOCK) package.json package-lock.json | $(PY)
 	@command -v npm >/dev/null || { echo "make: npm is missing; install Node.js with npm (Debian: apt-get install npm)"; exit 1; }
 	$(PIP) install --only-binary=:all: --constraint $(LOCK) pip setuptools
 	$(PIP) install --only-binary=:all: --constraint $(LOCK) torch
 	$(PIP) install --only-binary=:all: --no-deps --requirement $(LOCK)
+	$(PIP) install --only-binary=:all: --no-deps --requirement $(TF_LOCK)
 	$(PIP) install --no-deps --no-build-isolation --editable .
 	$(PY) requirements/check_environment.py
 	$(PIP) install --only-binary=:all: --no-deps --requirement $(NO_DEPS_LOCK)
@@ -48,9 +52,11 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(PY) experiments/demo.py
 
-# Resolves setup.py's ranges afresh (the newest releases) and rewrites $(LOCK); see requirements/regenerate.sh
+# Resolves setup.py's ranges afresh (the newest releases) and rewrites $(LOCK), then $(TF_LOCK) beside it; see
+# requirements/regenerate.sh and regenerate_tf.sh
 lock:
 	PYTHON=$(PYTHON) requirements/regenerate.sh
+	PYTHON=$(PYTHON) requirements/regenerate_tf.sh
 
 clean-venv:
 	rm -rf $(VENV)

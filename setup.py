@@ -30,5 +30,8 @@ setuptools.setup(
         # The independent implementations the tests and the benchmark compare against: Hugging Face's TransfoXL
         # (4.44.2 is the last release that ships it, deprecated; its tokenizer needs sacremoses) and x-transformers
         'peers': ['transformers==4.44.2', 'sacremoses>=0.1', 'x-transformers>=2.0'],
+        # Reading the authors' TensorFlow checkpoints (`labml_txl/xl/tf_checkpoint.py`); 2.18 is the first
+        # TensorFlow for numpy 2. `make test` installs the versions of requirements/tf.lock
+        'tf': ['tensorflow-cpu>=2.18; platform_system == "Linux"', 'tensorflow>=2.18; platform_system != "Linux"'],
     },
 )

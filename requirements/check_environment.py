@@ -1,22 +1,35 @@
 """`pip check` for the test environment: every installed package's requirements are installed, except those of
-the packages in no-deps.lock, which are installed without their declared dependencies on purpose. Exits 1 naming
-what is missing (a package the lock lacks: run `make lock`)."""
+the packages in no-deps.lock, which are installed without their declared dependencies on purpose. And tf.lock,
+installed after test.lock without resolution, pins no package that test.lock pins, so it changes no locked version.
+Exits 1 naming what is wrong (a package the lock lacks: run `make lock`)."""
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-NO_DEPS_LOCK = Path(__file__).with_name('no-deps.lock')
+HERE = Path(__file__).parent
+LOCK, NO_DEPS_LOCK, TF_LOCK = HERE / 'test.lock', HERE / 'no-deps.lock', HERE / 'tf.lock'
+
+
+def pinned(lock: Path) -> dict:
+    """`{normalised name: line}` of a lock's pins (names compared as PyPI does: case, `-`, `_`, `.` alike)."""
+    return {re.sub(r'[-_.]+', '-', line.split('==')[0].strip()).lower(): line.strip()
+            for line in lock.read_text().splitlines() if line.strip() and not line.startswith('#')}
 
 
 def main() -> int:
-    exempt = tuple(line.split('==')[0].strip() + ' ' for line in NO_DEPS_LOCK.read_text().splitlines()
-                   if line.strip() and not line.startswith('#'))
+    exempt = tuple(line.split('==')[0] + ' ' for line in pinned(NO_DEPS_LOCK).values())
     report = subprocess.run([sys.executable, '-m', 'pip', 'check'], capture_output=True, text=True).stdout
     broken = [line for line in report.splitlines()
               if line and not line.startswith(exempt) and line != 'No broken requirements found.']
     for line in broken:
         print(f'make: {line}: requirements/test.lock lacks it; run `make lock`', file=sys.stderr)
-    return 1 if broken else 0
+    locked = pinned(LOCK)
+    twice = [f'{locked[name]} (test.lock) and {line} (tf.lock)' for name, line in pinned(TF_LOCK).items()
+             if name in locked]
+    for pins in twice:
+        print(f'make: {pins}: tf.lock must pin only what test.lock does not; run `make lock`', file=sys.stderr)
+    return 1 if broken or twice else 0
 
 
 if __name__ == '__main__':

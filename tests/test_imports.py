@@ -14,8 +14,10 @@ import labml_txl, labml_txl.configs, labml_txl.xl, labml_txl.train.trainer, labm
 import labml_txl.dispatch, labml_txl.attention_heads, labml_txl.relative_attention, labml_txl.attention_mask
 import labml_txl.positional_encoding, labml_txl.mha, labml_txl.relative_mha, labml_txl.dropout
 import labml_txl.prepacked_linear, labml_txl.train.run_models, labml_txl.train.tracker_text_and_debug
+import labml_txl.xl.tf_checkpoint, labml_txl.published_models
 assert 'labml_txl.compat' not in sys.modules, 'labml_txl.compat was imported'
 assert (dict(vars(labml.experiment)), dict(vars(labml.tracker))) == labml_names, 'labml was changed'
+assert 'tensorflow' not in sys.modules, 'TensorFlow was imported (only reading a checkpoint may import it)'
 assert len(optimizer._global_optimizer_post_hooks) == hooks, 'an optimizer hook was registered at import'
 assert 'torch.utils.cpp_extension' not in sys.modules, 'the extension builder was imported'
 from labml_txl.native import build
