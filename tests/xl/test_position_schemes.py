@@ -30,17 +30,20 @@ def _model(attn_type: int = 0, n_layer: int = 2, **overrides) -> MemTransformerL
     return model
 
 
-@pytest.mark.parametrize('scheme', RELATIVE)
-@pytest.mark.parametrize('n_layer', [1, 3])
-def test_the_recurrence_is_exact(scheme, n_layer):
+def _assert_recurrence_is_exact(model: MemTransformerLM) -> None:
     """Segment 2 over the memory of segment 1 (the whole of it) gives the states of running both at once."""
-    model = _model(RELATIVE[scheme], n_layer=n_layer, tgt_len=5, mem_len=5)
     data = torch.randint(40, (10, 2))
     with torch.no_grad():
         both, _ = model.forward_hidden(data)
         first, mems = model.forward_hidden(data[:5])
         second, _ = model.forward_hidden(data[5:], mems)
     torch.testing.assert_close(torch.cat([first, second]), both, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize('scheme', RELATIVE)
+@pytest.mark.parametrize('n_layer', [1, 3])
+def test_the_recurrence_is_exact(scheme, n_layer):
+    _assert_recurrence_is_exact(_model(RELATIVE[scheme], n_layer=n_layer, tgt_len=5, mem_len=5))
 
 
 @pytest.mark.parametrize('scheme', RELATIVE)
@@ -123,13 +126,7 @@ def test_the_scheme_settings_of_the_configs_reach_the_model(labml_experiment, ov
 
 def test_partial_rotation_and_other_buckets_keep_the_recurrence_exact():
     for overrides in (dict(attn_type=4, rotary_fraction=0.5), dict(attn_type=6, t5_num_buckets=8, t5_max_distance=6)):
-        model = _model(tgt_len=5, mem_len=5, **overrides)
-        data = torch.randint(40, (10, 2))
-        with torch.no_grad():
-            both, _ = model.forward_hidden(data)
-            first, mems = model.forward_hidden(data[:5])
-            second, _ = model.forward_hidden(data[5:], mems)
-        torch.testing.assert_close(torch.cat([first, second]), both, rtol=0, atol=1e-10)
+        _assert_recurrence_is_exact(_model(tgt_len=5, mem_len=5, **overrides))
 
 
 @pytest.mark.parametrize('overrides, message', [
