@@ -117,8 +117,9 @@ def train_and_evaluate(attention: str, memory: bool, settings: Dict[str, Any], o
 
     started = time.time()
     trainer = train_xl.train(config, name='position_schemes', writers=writers, after_training=evaluate_at_lengths)
-    return {'scheme': attention, 'memory': memory, 'bpc': bpc, 'minutes': (time.time() - started) / 60,
-            'steps': trainer.step, 'tgt_len': trainer.conf.tgt_len}
+    # (`valid_bpc`: the trainer's own validation at the end, with the training's lengths: the same as `bpc[1]`)
+    return {'scheme': attention, 'memory': memory, 'bpc': bpc, 'valid_bpc': trainer.last_valid / math.log(2),
+            'minutes': (time.time() - started) / 60, 'steps': trainer.step, 'tgt_len': trainer.conf.tgt_len}
 
 
 def results_table(results: List[Dict[str, Any]], lengths: List[int]) -> str:

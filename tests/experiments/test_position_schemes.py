@@ -1,0 +1,46 @@
+"""experiments/position_schemes.py on tiny settings: every scheme and memory setting trains and is evaluated at each
+length, the evaluation at the training length equals the trainer's own validation, and the table, the numbers and the
+plot are written; bad settings are refused before any run."""
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / 'experiments'))
+
+import position_schemes  # noqa: E402
+
+TINY = ['n_layer=1', 'd_model=16', 'n_head=2', 'd_head=8', 'd_inner=32', 'tgt_len=8', 'batch_size=4',
+        'warmup_step=1', 'max_eval_steps=-1']
+
+
+def test_a_tiny_comparison_writes_its_table_numbers_and_plot(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / 'out'
+    results = position_schemes.compare(['steps=3', 'schemes=relative,alibi', 'lengths=1,2', f'out={out}',
+                                        'dashboard=False'] + TINY, writers=set())
+    assert [(r['scheme'], r['memory']) for r in results] == [('relative', False), ('relative', True),
+                                                              ('alibi', False), ('alibi', True)]
+    for r in results:
+        assert set(r['bpc']) == {1, 2} and all(math.isfinite(v) and v > 0 for v in r['bpc'].values())
+        # The evaluation at the training length is the trainer's own validation, computed another way
+        assert r['bpc'][1] == pytest.approx(r['valid_bpc'], rel=1e-9)
+    table = (out / 'results.md').read_text()
+    assert '| scheme | memory | 8 (1x) | 16 (2x) | minutes |' in table and table.count('| ALiBi |') == 2
+    assert len(json.loads((out / 'results.json').read_text())) == 4
+    assert (out / 'position_schemes.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+
+
+@pytest.mark.parametrize('argument, message', [
+    ('schemes=relative,rotory', r"schemes \['rotory'\] are not accepted: 'absolute', .* or 't5_bias'"),
+    ('lengths=0,4', r"lengths=.* is not accepted: positive multiples of tgt_len"),
+    ('memory=sometimes', r"memory='sometimes' is not accepted: 'both', 'with' or 'without'"),
+    ('mem_len=64', r"attention and mem_len are set by the experiment per run"),
+])
+def test_bad_settings_are_refused_before_any_run(argument, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=message):
+        position_schemes.compare([argument, 'dashboard=False'], writers=set())
+    assert not (tmp_path / 'logs').exists()
