@@ -17,8 +17,15 @@ evaluates on these paths never gets the hook.
 
 Writes through `tensor.data` do not bump versions either (that is what `.data` is for); after such writes, call
 `torch.autograd.graph.increment_version` on the parameters, as the hook does.
+
+A `ParameterSnapshot` records a module tree's parameters and their versions once, and tells later whether they are
+still the same tensors at the same versions without walking the tree again through `nn.Module.parameters()` (a
+generator over `named_modules`, which a one-token step would otherwise pay per layer).
 """
+from typing import List, Tuple
+
 import torch
+from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 
@@ -37,3 +44,31 @@ def track_fused_optimizer_steps() -> None:
     if not _registered:
         register_optimizer_step_post_hook(_bump_fused_parameter_versions)
         _registered = True
+
+
+class ParameterSnapshot:
+    """
+    The parameters of `module` and of every module under it, as they are now: each module's own parameter and
+    submodule slots (a parameter or submodule replaced, added or removed is a change) and each parameter's version
+    (a change in place).
+
+    Args:
+        module: the root of the tree.
+    """
+
+    def __init__(self, module: nn.Module):
+        self.modules: List[Tuple[nn.Module, tuple, tuple]] = [
+            (m, tuple(m._parameters.values()), tuple(m._modules.values())) for m in module.modules()]
+        self.versions: List[Tuple[torch.Tensor, int]] = [(p, p._version) for p in module.parameters()]
+
+    def unchanged(self) -> bool:
+        """Whether every slot holds what it held and every parameter is at the version it was at."""
+        for m, parameters, children in self.modules:
+            now_parameters, now_children = m._parameters, m._modules
+            if len(now_parameters) != len(parameters) or len(now_children) != len(children):
+                return False
+            if any(a is not b for a, b in zip(now_parameters.values(), parameters)):
+                return False
+            if any(a is not b for a, b in zip(now_children.values(), children)):
+                return False
+        return all(p._version == version for p, version in self.versions)
