@@ -22,7 +22,7 @@ A `ParameterSnapshot` records a module tree's parameters and their versions once
 still the same tensors at the same versions without walking the tree again through `nn.Module.parameters()` (a
 generator over `named_modules`, which a one-token step would otherwise pay per layer).
 """
-from typing import List, Tuple
+from typing import List
 
 import torch
 from torch import nn
@@ -57,18 +57,22 @@ class ParameterSnapshot:
     """
 
     def __init__(self, module: nn.Module):
-        self.modules: List[Tuple[nn.Module, tuple, tuple]] = [
-            (m, tuple(m._parameters.values()), tuple(m._modules.values())) for m in module.modules()]
-        self.versions: List[Tuple[torch.Tensor, int]] = [(p, p._version) for p in module.parameters()]
+        modules = list(module.modules())
+        # Per module its slot dictionaries and the identities they held; the objects themselves are held here, so
+        # that no new object takes one of those identities while the snapshot lives
+        self.slots = [(m._parameters, m._modules, _identities(m._parameters), _identities(m._modules))
+                      for m in modules]
+        self.held = modules + [p for m in modules for p in m._parameters.values()]
+        self.parameters: List[torch.Tensor] = list(module.parameters())
+        self.versions: List[int] = [p._version for p in self.parameters]
 
     def unchanged(self) -> bool:
         """Whether every slot holds what it held and every parameter is at the version it was at."""
-        for m, parameters, children in self.modules:
-            now_parameters, now_children = m._parameters, m._modules
-            if len(now_parameters) != len(parameters) or len(now_children) != len(children):
+        for parameters, modules, parameter_ids, module_ids in self.slots:
+            if _identities(parameters) != parameter_ids or _identities(modules) != module_ids:
                 return False
-            if any(a is not b for a, b in zip(now_parameters.values(), parameters)):
-                return False
-            if any(a is not b for a, b in zip(now_children.values(), children)):
-                return False
-        return all(p._version == version for p, version in self.versions)
+        return [p._version for p in self.parameters] == self.versions
+
+
+def _identities(slots: dict) -> tuple:
+    return tuple(map(id, slots.values()))
