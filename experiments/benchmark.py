@@ -28,8 +28,8 @@ per round, the order rotated every round), so a load that comes and goes slows a
   (MKL's sgemm on the CPU, cuBLAS on CUDA);
 * evaluation per token of Transformer-XL with a memory against a vanilla Transformer that recomputes a window
   of the same attention length for every token (the paper's Table 9), at several lengths;
-* bf16 autocast against float32, and a bf16 product against a float32 one at the feed-forward layer's shape (on a
-  CPU without native bf16 products PyTorch converts element by element, which is why bf16 can be slower there);
+* bf16 autocast against float32, and a bf16 product against a float32 one at the feed-forward layer's shape (where
+  PyTorch has no fast bf16 product for the CPU its portable one runs, which is why bf16 can be slower there);
 * peak memory of evaluation with long memories: torch's CPU allocator keeps no statistics, so a fresh subprocess
   per setting reads its own resident set from `/proc/self/status` (Linux): `VmRSS` with the model built, then,
   after filling the memory, it returns freed heap to the system (`malloc_trim`), restarts the peak
@@ -103,7 +103,6 @@ QUICK = BenchConfig(n_token=32, n_layer=2, d_model=32, n_head=2, d_head=16, d_in
                     batch=2, repeats=3, matmul_n=256, gen_context=16, gen_tokens=8, gen_repeats=3)
 
 HF, XT = 'HF TransfoXL', 'x-transformers'
-PEERS = (HF, XT)
 # Issue 17's targets for this benchmark in float32 on the 2-core CPU: the fast path's tokens/s over each peer's
 TARGETS = {('train', HF): 2.3, ('train', XT): 1.7, ('eval', HF): 4.0, ('eval', XT): 3.5,
            ('generate', HF): 5.0, ('generate', XT): 3.0}
@@ -435,12 +434,12 @@ def measure_generation(cfg: BenchConfig, peers: bool = True, device: str = 'cpu'
         for name, peer in build_peers(replace(cfg, mem_len=cfg.gen_context), device, []).items():
             peer.eval()
             runners[name] = lambda peer=peer: greedy_tokens(peer.step_log_probs, prompt, cfg.gen_tokens)
-    # One call of each first (a warm-up round) gives the tokens
+    # One call of each first gives the tokens, and is the warm-up
     tokens = {name: run() for name, run in runners.items()}
     if HF in tokens:
         same = int((tokens[HF] == tokens['fast']).sum())
         notes.append(f"generation: {HF}'s greedy tokens equal ours in {same} of {cfg.gen_tokens}")
-    seconds = interleaved(runners, cfg.gen_repeats, warmup=1, sync=synchronizer(device))
+    seconds = interleaved(runners, cfg.gen_repeats, warmup=0, sync=synchronizer(device))
     return {name: {'generate': cfg.gen_tokens / s} for name, s in seconds.items()}
 
 
@@ -574,11 +573,10 @@ def speed_rows(speed: Dict[str, Dict[str, float]], cfg: BenchConfig) -> List[Lis
         rows.append([f"bf16 product vs float32 at the feed-forward's shape ({cfg.tokens()} x {cfg.d_model} x "
                      f"{cfg.d_inner}; {bf16 / 1e9:.1f} vs {fp32 / 1e9:.1f} GFLOP/s)", '', f'{bf16 / fp32:.2f}x'])
     matmul = speed['matmul']
-    peak_name, peak = peak_gemm(speed)
-    for name, contender in (('fast', 'fast'), ('fast + compile', 'fast + compile')):
-        if 'train' not in speed.get(contender, {}):
+    for name in ('fast', 'fast + compile'):
+        if 'train' not in speed.get(name, {}):
             continue
-        achieved = train_step_flops(cfg) * speed[contender]['train'] / cfg.tokens()
+        achieved = train_step_flops(cfg) * speed[name]['train'] / cfg.tokens()
         if 'oneDNN' in matmul:
             rows.append([f"train step matmul FLOP/s ({name}), of the float32 peak: oneDNN's prepacked GEMM "
                          f"{matmul['oneDNN'] / 1e9:.0f} GFLOP/s", f'{achieved / 1e9:.0f} GFLOP/s',
@@ -589,7 +587,8 @@ def speed_rows(speed: Dict[str, Dict[str, float]], cfg: BenchConfig) -> List[Lis
 
 
 def peak_gemm(speed: Dict[str, Dict[str, float]]) -> Tuple[str, float]:
-    """The fastest float32 GEMM measured in the run, with its name: oneDNN's prepacked one where it ran."""
+    """The run's float32 GEMM peak and its name: oneDNN's prepacked product where it ran (the fastest path PyTorch
+    has on the CPU), else `torch.mm`."""
     name = 'oneDNN' if 'oneDNN' in speed['matmul'] else 'torch.mm'
     return name, speed['matmul'][name]
 
@@ -680,8 +679,6 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[1].lstrip('# '))
     parser.add_argument('--quick', action='store_true', help='tiny sizes, a smoke run')
     parser.add_argument('--no-compile', action='store_true', help='leave out the torch.compile contender')
-    parser.add_argument('--no-peers', action='store_true',
-                        help="leave out Hugging Face's TransfoXL and x-transformers")
     parser.add_argument('--device', choices=('cpu', 'cuda'), default='cpu',
                         help='where the models run (cuda: a GPU; rows of CPU-only code are left out, with the reason)')
     parser.add_argument('--memory-child', help=argparse.SUPPRESS)
@@ -702,8 +699,7 @@ def main():
              else torch.cuda.get_device_name())
     print(f'torch {torch.__version__}, {args.device} ({where}), float32; {cfg}')
     print(dispatch_summary(cfg, args.device))
-    print(run(cfg, lengths, mem_lens, compile_model=not args.quick and not args.no_compile, peers=not args.no_peers,
-              device=args.device))
+    print(run(cfg, lengths, mem_lens, compile_model=not args.quick and not args.no_compile, device=args.device))
 
 
 if __name__ == '__main__':
