@@ -1,28 +1,43 @@
 r"""
-# Transformer-XL speed on the CPU: fast paths against the plain path and labml_nn, in one process
+# Transformer-XL speed: the fast path against the plain path, labml_nn and the peers a user would pick instead
 
-    python experiments/benchmark.py            # the full table (about two minutes on 2 cores)
-    python experiments/benchmark.py --quick    # a smoke run on tiny sizes
+    python experiments/benchmark.py                  # the full table on the CPU (a few minutes on 2 cores)
+    python experiments/benchmark.py --quick          # a smoke run on tiny sizes
+    python experiments/benchmark.py --device cuda    # on a GPU: every row that can run there
 
 Every number is a ratio of medians of runs interleaved in this process (round robin: one call of each contender
 per round, the order rotated every round), so a load that comes and goes slows all contenders alike. Rows:
 
 * training and evaluation tokens/s of `MemTransformerLM` (fast: `impl='auto'`, and it under `torch.compile`)
-  against labml_nn's `TransformerXL` and this package's plain path (`impl='reference'`, the original's computation);
+  against labml_nn's `TransformerXL`, this package's plain path (`impl='reference'`, the original's computation)
+  and the peers of `benchmark_peers.py`: Hugging Face's TransfoXL holding the same weights (its log-probabilities
+  checked equal to ours before any timing) and x-transformers of the same size with XL memories (not the same
+  attention: T5's bucketed bias instead of Transformer-XL's position terms, so only its speed compares);
+* batch-1 greedy generation tokens/s of the fast path (`labml_txl.generation.generate`, `top_k=1`) against the two
+  peers (their `step_log_probs` with memories): a prompt of `gen_context` tokens, then `gen_tokens` tokens, each
+  seeing the last `gen_context` positions; the time of the whole call (prompt included) over `gen_tokens`;
+* issue 17's targets for the ratios over the peers, and whether this run meets them;
 * training and evaluation tokens/s of the fast path against itself without our C++ kernels
   (`labml_txl.native.disabled()`: PyTorch's attention (in evaluation SDPA with the position terms as its bias),
   PyTorch's dropout masks, residual additions and layer norms);
 * the tokens/s of the products of a fast evaluation segment alone (`products_runner`), which bounds what any
   evaluation with those products can reach on the machine;
 * the achieved matmul FLOP/s of a training step (FLOPs counted analytically, backward = 2x forward) as a
-  fraction of the float32 matmul FLOP/s of this machine (a 2048^3 `torch.mm`, interleaved with the steps);
+  fraction of the machine's float32 GEMM peak, measured in the same rounds through the fastest path PyTorch has
+  on the CPU (oneDNN's linear with a prepacked weight, `labml_txl.prepacked_linear`) and through `torch.mm`
+  (MKL's sgemm on the CPU, cuBLAS on CUDA);
 * evaluation per token of Transformer-XL with a memory against a vanilla Transformer that recomputes a window
   of the same attention length for every token (the paper's Table 9), at several lengths;
-* bf16 autocast against float32;
+* bf16 autocast against float32, and a bf16 product against a float32 one at the feed-forward layer's shape (where
+  PyTorch has no fast bf16 product for the CPU its portable one runs, which is why bf16 can be slower there);
 * peak memory of evaluation with long memories: torch's CPU allocator keeps no statistics, so a fresh subprocess
   per setting reads its own resident set from `/proc/self/status` (Linux): `VmRSS` with the model built, then,
   after filling the memory, it returns freed heap to the system (`malloc_trim`), restarts the peak
   (`/proc/self/clear_refs`) and evaluates two segments; the row is the peak (`VmHWM`) above the model.
+
+With `--device cuda` the models, the peers, `torch.mm` and the timing (`torch.cuda.synchronize()` around every
+timed call) run on the GPU; the rows of CPU-only code (our C++ kernels, oneDNN, `/proc`) are left out, each with
+its reason printed under the table.
 """
 import argparse
 import ctypes
@@ -32,19 +47,22 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from labml_txl import dispatch, native  # noqa: E402
+from benchmark_peers import HuggingFaceXL, XTransformersXL, check_same_outputs  # noqa: E402
+from labml_txl import dispatch, native, prepacked_linear  # noqa: E402
 from labml_txl.attention_mask import decoder_causal_mask  # noqa: E402
 from labml_txl.dispatch import Plan, RelativeTerms  # noqa: E402
+from labml_txl.generation import generate  # noqa: E402
 from labml_txl.train.configs import fused_adam  # noqa: E402
 from labml_txl.xl import MemTransformerLM  # noqa: E402
 
@@ -68,8 +86,13 @@ class BenchConfig:
     dropatt: float = 0.0
     # Timed calls per contender (after two warm-up calls that also fill the memories)
     repeats: int = 10
-    # Side of the `torch.mm` that measures the machine's float32 matmul speed
+    # Side of the square products that measure the machine's float32 GEMM speed
     matmul_n: int = 2048
+    # Generation, batch 1: a prompt of `gen_context` tokens, then `gen_tokens` greedy tokens, each seeing the last
+    # `gen_context` positions; timed calls per contender
+    gen_context: int = 256
+    gen_tokens: int = 200
+    gen_repeats: int = 5
 
     def tokens(self) -> int:
         return self.tgt_len * self.batch
@@ -77,19 +100,27 @@ class BenchConfig:
 
 FULL = BenchConfig()
 QUICK = BenchConfig(n_token=32, n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, tgt_len=16, mem_len=16,
-                    batch=2, repeats=3, matmul_n=256)
+                    batch=2, repeats=3, matmul_n=256, gen_context=16, gen_tokens=8, gen_repeats=3)
+
+HF, XT = 'HF TransfoXL', 'x-transformers'
+# Issue 17's targets for this benchmark in float32 on the 2-core CPU: the fast path's tokens/s over each peer's
+TARGETS = {('train', HF): 2.3, ('train', XT): 1.7, ('eval', HF): 4.0, ('eval', XT): 3.5,
+           ('generate', HF): 5.0, ('generate', XT): 3.0}
+# The issue's gloss of the training targets: about this share of the machine's float32 GEMM peak (oneDNN)
+TARGET_PEAK_SHARE = 0.40
 
 
 # -- contenders --
 
-def make_xl(cfg: BenchConfig, fast: bool = True, seed: int = 0, **overrides) -> MemTransformerLM:
-    """This package's `MemTransformerLM` of the benchmark's size (the same weights for the same seed)."""
+def make_xl(cfg: BenchConfig, fast: bool = True, seed: int = 0, device: str = 'cpu', **overrides
+            ) -> MemTransformerLM:
+    """This package's `MemTransformerLM` of the benchmark's size (the same weights for the same seed) on `device`."""
     torch.manual_seed(seed)
     kwargs = dict(n_token=cfg.n_token, n_layer=cfg.n_layer, n_head=cfg.n_head, d_model=cfg.d_model,
                   d_head=cfg.d_head, d_inner=cfg.d_inner, dropout=cfg.dropout, dropatt=cfg.dropatt,
                   tgt_len=cfg.tgt_len, mem_len=cfg.mem_len)
     kwargs.update(overrides)
-    return MemTransformerLM(**kwargs, impl='auto' if fast else 'reference')
+    return MemTransformerLM(**kwargs, impl='auto' if fast else 'reference').to(device)
 
 
 class LabmlNNXL(nn.Module):
@@ -119,7 +150,8 @@ class LabmlNNXL(nn.Module):
         mems = list(mems)
         qlen, mlen = data.shape[0], (mems[0].shape[0] if mems else 0)
         # True where query $i$ may see key $j$: all of the memory, the segment up to $i$
-        mask = torch.tril(torch.ones(qlen, mlen + qlen, dtype=torch.bool), diagonal=mlen)[:, :, None]
+        mask = torch.tril(torch.ones(qlen, mlen + qlen, dtype=torch.bool, device=data.device),
+                          diagonal=mlen)[:, :, None]
         hidden, new = self.transformer(self.src_embed(data), mems, mask)
         loss = F.cross_entropy(self.generator(hidden).flatten(0, 1), target.flatten(), reduction='none')
         if mems:
@@ -140,7 +172,8 @@ class Stream:
         # The trainer's Adam (`labml_txl.train.configs.fused_adam`), the same for every contender
         self.optimizer = fused_adam(model.parameters(), lr=1e-4) if train else None
         generator = torch.Generator().manual_seed(seed)
-        self.data = torch.randint(cfg.n_token, (cfg.tgt_len * 8 + 1, cfg.batch), generator=generator)
+        self.data = torch.randint(cfg.n_token, (cfg.tgt_len * 8 + 1, cfg.batch), generator=generator).to(
+            next(model.parameters()).device)
         self.position, self.mems = 0, []
 
     def _segment(self):
@@ -152,7 +185,8 @@ class Stream:
 
     def __call__(self) -> None:
         data, target = self._segment()
-        with torch.set_grad_enabled(self.train), torch.autocast('cpu', dtype=self.autocast or torch.bfloat16,
+        with torch.set_grad_enabled(self.train), torch.autocast(data.device.type,
+                                                                 dtype=self.autocast or torch.bfloat16,
                                                                  enabled=self.autocast is not None):
             loss, *mems = self.call(data, target, *self.mems)
             if self.train:
@@ -163,10 +197,17 @@ class Stream:
         self.mems = mems
 
 
-def interleaved(runners: Dict[str, Callable[[], None]], repeats: int, warmup: int = 2) -> Dict[str, float]:
-    """Median seconds per call of each runner, timed round robin (one call of each per round). The order rotates
-    by one every round: a call runs slower right after one that filled the caches with its own data (measured:
-    about 2.5% for a training step), and no runner should always follow the same one."""
+def synchronizer(device: str) -> Callable[[], None]:
+    """What waits for the work queued on `device`: `torch.cuda.synchronize` on CUDA, nothing on the CPU."""
+    return torch.cuda.synchronize if device == 'cuda' else (lambda: None)
+
+
+def interleaved(runners: Dict[str, Callable[[], None]], repeats: int, warmup: int = 2,
+                sync: Callable[[], None] = lambda: None) -> Dict[str, float]:
+    """Median seconds per call of each runner, timed round robin (one call of each per round), with `sync()` before
+    and after each timed call (a GPU runs asynchronously). The order rotates by one every round: a call runs slower
+    right after one that filled the caches with its own data (measured: about 2.5% for a training step), and no
+    runner should always follow the same one."""
     for _ in range(warmup):
         for run in runners.values():
             run()
@@ -175,16 +216,34 @@ def interleaved(runners: Dict[str, Callable[[], None]], repeats: int, warmup: in
     for r in range(repeats):
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
+            sync()
             start = time.perf_counter()
             runners[name]()
+            sync()
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def matmul_runner(n: int) -> Callable[[], None]:
-    """A float32 `n x n x n` product, the machine's matmul speed (FLOPs: `2 n^3`)."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def matmul_runner(n: int, device: str = 'cpu') -> Callable[[], None]:
+    """A float32 `n x n x n` `torch.mm` (FLOPs: `2 n^3`): MKL's sgemm on the CPU, cuBLAS on CUDA."""
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
     return lambda: torch.mm(a, b)
+
+
+def onednn_gemm_runner(n: int) -> Callable[[], None]:
+    """A float32 `n x n x n` product through oneDNN's linear with the weight prepacked once
+    (`labml_txl.prepacked_linear`, what the fast path's evaluation runs): the fastest float32 GEMM PyTorch has on
+    the CPU, the machine's peak for this benchmark."""
+    x, weight = torch.randn(n, n), torch.randn(n, n)
+    return lambda: prepacked_linear.prepacked_linear(x, weight)
+
+
+def linear_runner(cfg: BenchConfig, dtype: torch.dtype, device: str = 'cpu') -> Callable[[], None]:
+    """The feed-forward layer's first product of a segment, `[tgt_len * batch, d_model] x [d_model, d_inner]`, in
+    `dtype` (what autocast makes of it in bf16)."""
+    x = torch.randn(cfg.tokens(), cfg.d_model, device=device, dtype=dtype)
+    weight = torch.randn(cfg.d_inner, cfg.d_model, device=device, dtype=dtype)
+    return lambda: F.linear(x, weight)
 
 
 def products_runner(cfg: BenchConfig) -> Callable[[], None]:
@@ -254,43 +313,138 @@ def train_step_flops(cfg: BenchConfig) -> int:
 
 # -- the measurements --
 
-def measure_speed(cfg: BenchConfig, compile_model: bool = True, labml_nn: bool = True) -> Dict[str, Dict[str, float]]:
+CPU_ONLY = {
+    WITHOUT_KERNELS: 'our C++ kernels run on the CPU only (the fast path on CUDA never uses them)',
+    'products alone': "it times oneDNN's prepacked products and our attention kernel, which run on the CPU only",
+    'oneDNN': "oneDNN's prepacked linear serves the CPU only: the FLOP/s share is of torch.mm (cuBLAS) alone",
+    'memory': 'peak memory is read from /proc/self/status (the resident set of a CPU process), not the GPU',
+}
+
+
+def build_peers(cfg: BenchConfig, device: str, notes: List[str]) -> Dict[str, nn.Module]:
     """
-    Tokens/s of training and evaluation for each contender, and the matmul FLOP/s, interleaved: the eager
-    contenders and `torch.mm` in one group, then (with `compile_model`) the fast path against itself compiled in
-    a second group, so that compilation and its worker processes never overlap the first group's rounds.
+    Hugging Face's TransfoXL holding the weights of `make_xl(cfg)`, its log-probabilities checked equal to ours
+    (`check_same_outputs`, before any timing), and x-transformers of the same size, on `device`. A peer whose
+    package is missing is left out; `notes` gets a line for each peer (the check, or why it is left out).
     """
-    contenders = {'fast': make_xl(cfg, fast=True), 'plain': make_xl(cfg, fast=False)}
+    peers = {}
+    try:
+        hf = HuggingFaceXL(make_xl(cfg)).to(device)
+    except ImportError as error:
+        notes.append(f'{HF}: not measured, its package is missing ({error})')
+    else:
+        worst = check_same_outputs(make_xl(cfg, device=device), hf, cfg.n_token, cfg.tgt_len, cfg.batch)
+        notes.append(f'{HF}: our weights; its log-probabilities differ from ours by at most {worst:.1e} '
+                     f'(checked before timing)')
+        peers[HF] = hf
+    try:
+        peers[XT] = XTransformersXL(cfg).to(device)
+    except ImportError as error:
+        notes.append(f'{XT}: not measured, its package is missing ({error})')
+    else:
+        notes.append(f"{XT}: the same size with XL memories, but not the same attention (T5's bucketed relative bias "
+                     f"in place of the position terms with u, v and the sinusoid table) nor the same weights: only "
+                     f"its speed compares")
+    return peers
+
+
+def measure_speed(cfg: BenchConfig, compile_model: bool = True, labml_nn: bool = True, peers: bool = True,
+                  device: str = 'cpu', notes: Optional[List[str]] = None) -> Dict[str, Dict[str, float]]:
+    """
+    Tokens/s of training and evaluation for each contender, and FLOP/s of the square GEMMs and of the feed-forward
+    product in float32 and bf16, interleaved: the eager contenders and the products in one group, then (with
+    `compile_model`) the fast path against itself compiled in a second group, so that compilation and its worker
+    processes never overlap the first group's rounds. On CUDA the CPU-only contenders (`CPU_ONLY`) are left out.
+    `notes` (if given) gets a line for each peer and each contender left out.
+    """
+    notes = [] if notes is None else notes
+    cpu = device == 'cpu'
+    contenders = {'fast': make_xl(cfg, device=device), 'plain': make_xl(cfg, fast=False, device=device)}
     if labml_nn:
-        contenders['labml_nn'] = LabmlNNXL(cfg)
-    contenders['bf16 autocast'] = make_xl(cfg, fast=True)
+        contenders['labml_nn'] = LabmlNNXL(cfg).to(device)
+    contenders['bf16 autocast'] = make_xl(cfg, device=device)
+    if peers:
+        contenders.update(build_peers(cfg, device, notes))
+    if cpu and not prepacked_linear.available():
+        notes.append("oneDNN's prepacked linear is not usable in this PyTorch: the FLOP/s share is of torch.mm alone")
+    if not cpu:
+        notes += [f'{name}: not measured on {device}: {why}' for name, why in CPU_ONLY.items() if name != 'memory']
     results = {}
     for train in (True, False):
         mode = 'train' if train else 'eval'
         runners = {name: Stream(model, cfg, train, autocast=torch.bfloat16 if name == 'bf16 autocast' else None)
                    for name, model in contenders.items()}
         if train:
-            runners['torch.mm'] = matmul_runner(cfg.matmul_n)
+            runners['torch.mm'] = matmul_runner(cfg.matmul_n, device)
+            if cpu and prepacked_linear.available():
+                runners['oneDNN'] = onednn_gemm_runner(cfg.matmul_n)
         else:
-            runners['products alone'] = products_runner(cfg)
-        # The fast path with PyTorch's attention, dropout and layer norms in place of our kernels
-        model = make_xl(cfg, fast=True)
-        runners[WITHOUT_KERNELS] = Stream(model, cfg, train, call=without_native_kernels(model))
-        seconds = interleaved(runners, cfg.repeats)
-        if compile_model:
+            runners['linear float32'] = linear_runner(cfg, torch.float32, device)
+            runners['linear bfloat16'] = linear_runner(cfg, torch.bfloat16, device)
+            if cpu:
+                runners['products alone'] = products_runner(cfg)
+        if cpu:
+            # The fast path with PyTorch's attention, dropout and layer norms in place of our kernels
             model = make_xl(cfg, fast=True)
-            compiled = {'fast (compile group)': Stream(make_xl(cfg, fast=True), cfg, train),
+            runners[WITHOUT_KERNELS] = Stream(model, cfg, train, call=without_native_kernels(model))
+        seconds = interleaved(runners, cfg.repeats, sync=synchronizer(device))
+        if compile_model:
+            model = make_xl(cfg, fast=True, device=device)
+            compiled = {'fast (compile group)': Stream(make_xl(cfg, fast=True, device=device), cfg, train),
                         'fast + compile': Stream(model, cfg, train, call=torch.compile(model, dynamic=False))}
-            seconds.update(interleaved(compiled, cfg.repeats, warmup=3))
+            seconds.update(interleaved(compiled, cfg.repeats, warmup=3, sync=synchronizer(device)))
         for name, s in seconds.items():
-            if name == 'torch.mm':
-                results.setdefault('matmul', {})['flop/s'] = 2 * cfg.matmul_n ** 3 / s
+            if name in ('torch.mm', 'oneDNN'):
+                results.setdefault('matmul', {})[name] = 2 * cfg.matmul_n ** 3 / s
+            elif name.startswith('linear '):
+                results.setdefault('linear', {})[name.split()[1]] = 2 * cfg.tokens() * cfg.d_model * cfg.d_inner / s
             else:
                 results.setdefault(name, {})[mode] = cfg.tokens() / s
     return results
 
 
-def measure_table9(cfg: BenchConfig, lengths: List[int], repeats: int = 15) -> List[Dict[str, float]]:
+@torch.no_grad()
+def greedy_tokens(step_log_probs: Callable, prompt: torch.Tensor, n_tokens: int) -> torch.Tensor:
+    """`n_tokens` tokens after `prompt` `[len, batch]`, each the most likely one, fed back one at a time with the
+    memories: `step_log_probs(tokens, mems) -> (log_probs [len, batch, n_token], mems)` (a peer's generation)."""
+    log_probs, mems = step_log_probs(prompt, None)
+    tokens = []
+    for _ in range(n_tokens):
+        token = log_probs[-1].argmax(-1)
+        tokens.append(token)
+        log_probs, mems = step_log_probs(token[None], mems)
+    return torch.stack(tokens)
+
+
+def measure_generation(cfg: BenchConfig, peers: bool = True, device: str = 'cpu',
+                       notes: Optional[List[str]] = None) -> Dict[str, Dict[str, float]]:
+    """
+    Tokens/s of batch-1 greedy generation, `{contender: {'generate': tokens/s}}`: a prompt of `gen_context` tokens,
+    then `gen_tokens` tokens, each seeing the last `gen_context` positions (the memory). The fast path through
+    `labml_txl.generation.generate` with `top_k=1`, each peer through `greedy_tokens` with its memory set to
+    `gen_context`. A call is the whole generation, prompt included; the rate is `gen_tokens` over its time. Hugging
+    Face's TransfoXL holds our weights, so its tokens should be ours: `notes` (if given) says in how many it agrees.
+    """
+    notes = [] if notes is None else notes
+    model = make_xl(cfg, device=device, mem_len=cfg.gen_context).eval()
+    prompt = torch.randint(cfg.n_token, (cfg.gen_context, 1), generator=torch.Generator().manual_seed(5)).to(device)
+    runners = {'fast': lambda: generate(model, prompt, cfg.gen_tokens, context=cfg.gen_context, top_k=1)}
+    if peers:
+        # The same peers as for training (the notes of `build_peers` say which and why), with memories of gen_context
+        for name, peer in build_peers(replace(cfg, mem_len=cfg.gen_context), device, []).items():
+            peer.eval()
+            runners[name] = lambda peer=peer: greedy_tokens(peer.step_log_probs, prompt, cfg.gen_tokens)
+    # One call of each first gives the tokens, and is the warm-up
+    tokens = {name: run() for name, run in runners.items()}
+    if HF in tokens:
+        same = int((tokens[HF] == tokens['fast']).sum())
+        notes.append(f"generation: {HF}'s greedy tokens equal ours in {same} of {cfg.gen_tokens}")
+    seconds = interleaved(runners, cfg.gen_repeats, warmup=0, sync=synchronizer(device))
+    return {name: {'generate': cfg.gen_tokens / s} for name, s in seconds.items()}
+
+
+def measure_table9(cfg: BenchConfig, lengths: List[int], repeats: int = 15, device: str = 'cpu'
+                   ) -> List[Dict[str, float]]:
     """
     Seconds per token of evaluation (batch 1) at each attention length $L$:
 
@@ -300,9 +454,10 @@ def measure_table9(cfg: BenchConfig, lengths: List[int], repeats: int = 15) -> L
     * `vanilla`: the same model without memory recomputing the window of the last $L$ tokens for every token.
     """
     # One model per stream: each keeps the keys and values of its own memory from one call to the next
-    xl, generator, vanilla_model = (make_xl(cfg, fast=True, dropout=0.0, same_length=True).eval() for _ in range(3))
+    xl, generator, vanilla_model = (make_xl(cfg, fast=True, device=device, dropout=0.0, same_length=True).eval()
+                                    for _ in range(3))
     data = torch.randint(cfg.n_token, (max(lengths) + 2 * cfg.tgt_len + 2, 1),
-                         generator=torch.Generator().manual_seed(3))
+                         generator=torch.Generator().manual_seed(3)).to(device)
     rows = []
 
     def stream(model: MemTransformerLM, qlen: int, length: int) -> Callable[[], None]:
@@ -327,7 +482,7 @@ def measure_table9(cfg: BenchConfig, lengths: List[int], repeats: int = 15) -> L
                 vanilla_model.hidden_to_log_probs(hidden[-1:])
 
             seconds = interleaved({'xl_segment': stream(xl, tgt, length), 'xl_token': stream(generator, 1, length),
-                                   'vanilla': vanilla}, repeats, warmup=2)
+                                   'vanilla': vanilla}, repeats, warmup=2, sync=synchronizer(device))
             rows.append({'length': length, 'xl_segment': seconds['xl_segment'] / tgt,
                          'xl_token': seconds['xl_token'], 'vanilla': seconds['vanilla']})
     return rows
@@ -389,32 +544,67 @@ def measure_memory(cfg: BenchConfig, mem_lens: List[int]) -> List[Dict[str, floa
 # -- the table --
 
 def speed_rows(speed: Dict[str, Dict[str, float]], cfg: BenchConfig) -> List[List[str]]:
-    """Rows `[what, value, ratio]` of the speed results."""
+    """Rows `[what, value, ratio]` of the speed results (`measure_speed`'s, with `measure_generation`'s)."""
     fast = speed['fast']
     rows = []
-    for mode in ('train', 'eval'):
-        rows.append([f'{mode}: fast tokens/s', f"{fast[mode]:,.0f}", ''])
-        for peer in ('plain', 'labml_nn', WITHOUT_KERNELS, 'fast + compile', 'bf16 autocast'):
+    for mode in ('train', 'eval', 'generate'):
+        if mode not in fast:
+            continue
+        what = (f'batch 1, context {cfg.gen_context}, {cfg.gen_tokens} greedy tokens' if mode == 'generate'
+                else f'batch {cfg.batch}, {cfg.tgt_len} tokens over a memory of {cfg.mem_len}')
+        rows.append([f'{mode}: fast tokens/s ({what})', f"{fast[mode]:,.0f}", ''])
+        for peer in ('plain', 'labml_nn', HF, XT, WITHOUT_KERNELS, 'fast + compile', 'bf16 autocast'):
             if mode in speed.get(peer, {}):
                 other = speed[peer][mode]
-                if peer in ('plain', 'labml_nn', WITHOUT_KERNELS):
-                    rows.append([f'{mode}: fast vs {peer} ({other:,.0f} tokens/s)', '', f'{fast[mode] / other:.2f}x'])
-                else:
+                if peer in ('fast + compile', 'bf16 autocast'):
                     # Against the fast path of its own group of rounds
                     base = speed['fast (compile group)'][mode] if peer == 'fast + compile' else fast[mode]
                     rows.append([f'{mode}: {peer} vs fast ({other:,.0f} tokens/s)', '', f'{other / base:.2f}x'])
+                else:
+                    same = '; same size, not the same attention' if peer == XT else ''
+                    rows.append([f'{mode}: fast vs {peer} ({other:,.0f} tokens/s{same})', '',
+                                 f'{fast[mode] / other:.2f}x'])
     if 'products alone' in speed:
         bound, plain = speed['products alone']['eval'], speed['plain']['eval']
         rows.append([f"eval: the fast path's products alone ({bound:,.0f} tokens/s, an upper bound) vs plain", '',
                      f'{bound / plain:.2f}x'])
-    peak = speed['matmul']['flop/s']
-    achieved = train_step_flops(cfg) * fast['train'] / cfg.tokens()
-    rows.append([f'train step matmul FLOP/s (fast), of torch.mm {peak / 1e9:.0f} GFLOP/s',
-                 f'{achieved / 1e9:.0f} GFLOP/s', f'{achieved / peak:.0%}'])
-    if 'fast + compile' in speed:
-        achieved = train_step_flops(cfg) * speed['fast + compile']['train'] / cfg.tokens()
-        rows.append(['train step matmul FLOP/s (fast + compile)', f'{achieved / 1e9:.0f} GFLOP/s',
-                     f'{achieved / peak:.0%}'])
+    if 'linear' in speed:
+        bf16, fp32 = speed['linear']['bfloat16'], speed['linear']['float32']
+        rows.append([f"bf16 product vs float32 at the feed-forward's shape ({cfg.tokens()} x {cfg.d_model} x "
+                     f"{cfg.d_inner}; {bf16 / 1e9:.1f} vs {fp32 / 1e9:.1f} GFLOP/s)", '', f'{bf16 / fp32:.2f}x'])
+    matmul = speed['matmul']
+    for name in ('fast', 'fast + compile'):
+        if 'train' not in speed.get(name, {}):
+            continue
+        achieved = train_step_flops(cfg) * speed[name]['train'] / cfg.tokens()
+        if 'oneDNN' in matmul:
+            rows.append([f"train step matmul FLOP/s ({name}), of the float32 peak: oneDNN's prepacked GEMM "
+                         f"{matmul['oneDNN'] / 1e9:.0f} GFLOP/s", f'{achieved / 1e9:.0f} GFLOP/s',
+                         f"{achieved / matmul['oneDNN']:.0%}"])
+        rows.append([f"train step matmul FLOP/s ({name}), of torch.mm {matmul['torch.mm'] / 1e9:.0f} GFLOP/s",
+                     f'{achieved / 1e9:.0f} GFLOP/s', f"{achieved / matmul['torch.mm']:.0%}"])
+    return rows
+
+
+def peak_gemm(speed: Dict[str, Dict[str, float]]) -> Tuple[str, float]:
+    """The run's float32 GEMM peak and its name: oneDNN's prepacked product where it ran (the fastest path PyTorch
+    has on the CPU), else `torch.mm`."""
+    name = 'oneDNN' if 'oneDNN' in speed['matmul'] else 'torch.mm'
+    return name, speed['matmul'][name]
+
+
+def target_rows(speed: Dict[str, Dict[str, float]], cfg: BenchConfig) -> List[List[str]]:
+    """Rows `[target, this run, met]` of issue 17's targets (`TARGETS`, `TARGET_PEAK_SHARE`) that this run measured."""
+    fast = speed['fast']
+    rows = []
+    for (mode, peer), target in TARGETS.items():
+        if mode in speed.get(peer, {}) and mode in fast:
+            ratio = fast[mode] / speed[peer][mode]
+            rows.append([f'{mode}: fast >= {target}x {peer}', f'{ratio:.2f}x', 'yes' if ratio >= target else 'no'])
+    peak_name, peak = peak_gemm(speed)
+    share = train_step_flops(cfg) * fast['train'] / cfg.tokens() / peak
+    rows.append([f"train step: about {TARGET_PEAK_SHARE:.0%} of the float32 peak ({peak_name}; the issue's gloss of "
+                 f"the training targets)", f'{share:.0%}', 'yes' if share >= TARGET_PEAK_SHARE else 'no'])
     return rows
 
 
@@ -435,11 +625,11 @@ def memory_rows(rows: List[Dict]) -> List[List[str]]:
              f"{r['fast']['eval_peak_mib'] / max(r['plain']['eval_peak_mib'], 1e-9):.2f}x"] for r in rows]
 
 
-def dispatch_summary(cfg: BenchConfig) -> str:
-    """What the dispatcher chooses for one training and one evaluation segment of the fast model, and why it
-    refuses the paths before its choice."""
-    model = make_xl(cfg)
-    data = torch.randint(0, cfg.n_token, (cfg.tgt_len, cfg.batch))
+def dispatch_summary(cfg: BenchConfig, device: str = 'cpu') -> str:
+    """What the dispatcher chooses for one training and one evaluation segment of the fast model on `device`, and
+    why it refuses the paths before its choice."""
+    model = make_xl(cfg, device=device)
+    data = torch.randint(0, cfg.n_token, (cfg.tgt_len, cfg.batch), device=device)
     lines = []
     for mode in ('train', 'eval'):
         model.train(mode == 'train')
@@ -452,37 +642,64 @@ def dispatch_summary(cfg: BenchConfig) -> str:
     return '\n'.join(lines)
 
 
-def format_table(rows: List[List[str]]) -> str:
-    lines = ['| measurement | value | ratio |', '| --- | ---: | ---: |']
+def format_table(rows: List[List[str]], header: Tuple[str, str, str] = ('measurement', 'value', 'ratio')) -> str:
+    lines = ['| {} | {} | {} |'.format(*header), '| --- | ---: | ---: |']
     lines += [f'| {a} | {b} | {c} |' for a, b, c in rows]
     return '\n'.join(lines)
 
 
 def run(cfg: BenchConfig, lengths: List[int], mem_lens: List[int], compile_model: bool = True,
-        labml_nn: bool = True) -> str:
-    """All measurements; returns the markdown table."""
-    rows = speed_rows(measure_speed(cfg, compile_model=compile_model, labml_nn=labml_nn), cfg)
-    rows += table9_rows(measure_table9(cfg, lengths))
-    rows += memory_rows(measure_memory(cfg, mem_lens))
-    return format_table(rows)
+        labml_nn: bool = True, peers: bool = True, device: str = 'cpu') -> str:
+    """All measurements; returns the markdown tables (measurements, then issue 17's targets on the CPU) and the
+    notes: the peers' checks and what was not measured, and why."""
+    notes = []
+    speed = measure_speed(cfg, compile_model=compile_model, labml_nn=labml_nn, peers=peers, device=device,
+                          notes=notes)
+    for name, row in measure_generation(cfg, peers=peers, device=device, notes=notes).items():
+        speed.setdefault(name, {}).update(row)
+    rows = speed_rows(speed, cfg) + table9_rows(measure_table9(cfg, lengths, device=device))
+    if device == 'cpu':
+        rows += memory_rows(measure_memory(cfg, mem_lens))
+        if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            notes.append("bf16: PyTorch has no fast bf16 product on this CPU (oneDNN's needs AVX512BW/VL/DQ or "
+                         "AVX-NE-CONVERT: torch.ops.mkldnn._is_mkldnn_bf16_supported() is False), so bf16 matmuls run "
+                         "its portable kernel (the row 'bf16 product vs float32')")
+    else:
+        notes.append(f"eval peak memory: not measured on {device}: {CPU_ONLY['memory']}")
+    out = [format_table(rows)]
+    if device == 'cpu':
+        out.append(format_table(target_rows(speed, cfg),
+                                header=('target (issue 17: float32, the 2-core CPU)', 'this run', 'met')))
+    else:
+        out.append(f"Issue 17's targets are set for the CPU; not judged on {device}.")
+    return '\n\n'.join(out + ['\n'.join(f'* {note}' for note in notes)])
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[1])
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[1].lstrip('# '))
     parser.add_argument('--quick', action='store_true', help='tiny sizes, a smoke run')
     parser.add_argument('--no-compile', action='store_true', help='leave out the torch.compile contender')
+    parser.add_argument('--device', choices=('cpu', 'cuda'), default='cpu',
+                        help='where the models run (cuda: a GPU; rows of CPU-only code are left out, with the reason)')
     parser.add_argument('--memory-child', help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:
         spec = json.loads(args.memory_child)
         print(json.dumps(_memory_child(BenchConfig(**spec['cfg']), spec['mem_len'], spec['fast'])))
         return
+    if args.device == 'cuda' and not torch.cuda.is_available():
+        print(f'--device cuda: CUDA is not available to this torch {torch.__version__} '
+              f'(torch.cuda.is_available() is False: no CUDA build or no GPU visible); nothing was measured',
+              file=sys.stderr)
+        sys.exit(2)
     cfg = QUICK if args.quick else FULL
     lengths = [16, 32] if args.quick else [128, 256, 512, 800]
     mem_lens = [32, 64] if args.quick else [512, 1024, 2048]
-    print(f'torch {torch.__version__}, {torch.get_num_threads()} threads, float32; {cfg}')
-    print(dispatch_summary(cfg))
-    print(run(cfg, lengths, mem_lens, compile_model=not args.quick and not args.no_compile))
+    where = (f'{torch.get_num_threads()} CPU threads' if args.device == 'cpu'
+             else torch.cuda.get_device_name())
+    print(f'torch {torch.__version__}, {args.device} ({where}), float32; {cfg}')
+    print(dispatch_summary(cfg, args.device))
+    print(run(cfg, lengths, mem_lens, compile_model=not args.quick and not args.no_compile, device=args.device))
 
 
 if __name__ == '__main__':

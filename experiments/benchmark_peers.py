@@ -51,12 +51,12 @@ class HuggingFaceXL(nn.Module):
             self.hf = TransfoXLLMHeadModel.from_pretrained(folder)
         self.n_layer, self.d_model = model.n_layer, model.d_model
 
-    def _empty_mems(self, batch: int) -> List[torch.Tensor]:
+    def _empty_mems(self, tokens: torch.Tensor) -> List[torch.Tensor]:
         # Hugging Face's own start is `mem_len` zero vectors (`init_mems`); ours, and the original's, is none
-        return [torch.empty(0, batch, self.d_model) for _ in range(self.n_layer)]
+        return [torch.empty(0, tokens.shape[1], self.d_model, device=tokens.device) for _ in range(self.n_layer)]
 
     def forward(self, data: torch.Tensor, target: torch.Tensor, *mems: torch.Tensor) -> List[torch.Tensor]:
-        mems = list(mems) or self._empty_mems(data.shape[1])
+        mems = list(mems) or self._empty_mems(data)
         with hf_on_current_torch():
             out = self.hf(data.t(), mems=mems)
         log_probs = out.prediction_scores.transpose(0, 1)
@@ -65,7 +65,7 @@ class HuggingFaceXL(nn.Module):
 
     def step_log_probs(self, tokens: torch.Tensor, mems) -> Tuple[torch.Tensor, list]:
         """Log-probabilities `[len, batch, n_token]` of `tokens` `[len, batch]` and the new memories."""
-        mems = mems or self._empty_mems(tokens.shape[1])
+        mems = mems or self._empty_mems(tokens)
         with hf_on_current_torch():
             out = self.hf(tokens.t(), mems=mems)
         return out.prediction_scores.transpose(0, 1), list(out.mems)
@@ -100,6 +100,7 @@ def check_same_outputs(ours: nn.Module, hf: HuggingFaceXL, n_token: int, tgt_len
     """The largest difference of the log-probabilities of `ours` and Hugging Face's over `segments` segments with
     memories (both in evaluation mode, no gradient); an `AssertionError` above `atol`."""
     data = torch.randint(n_token, (segments, tgt_len, batch), generator=torch.Generator().manual_seed(11))
+    data = data.to(next(ours.parameters()).device)
     ours_mems, hf_mems, worst = None, None, 0.0
     was_training = ours.training, hf.training
     ours.eval(), hf.eval()

@@ -1,13 +1,11 @@
 """
 The fast implementations of Transformer-XL (`docs/performance.md`) against the readable specification
 (`impl='reference'`, `relative_attention.py`): the shift as a view, head-major scores, the composite and SDPA
-implementations of `dispatch.attend`, our kernel, cached positions and masks, `torch.compile`, one-token generation,
-bf16 autocast, and a smoke run of `experiments/benchmark.py`. No test looks at wall-clock time.
+implementations of `dispatch.attend`, our kernel, cached positions and masks, `torch.compile` and one-token
+generation (bf16 autocast: `xl/test_bf16_reference.py`; the benchmark: `experiments/test_benchmark.py`). No test
+looks at wall-clock time.
 """
 import contextlib
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -25,7 +23,6 @@ from labml_txl.xl import MemTransformerLM
 
 from xl.helpers import plain_and_fast, reference_files, small_config
 
-ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device('cpu')
 
 
@@ -669,52 +666,6 @@ def test_generation_computes_only_the_new_position_each_step():
     # The prompt once, then one position per sampled token (the last token's is the next distribution)
     assert seen == [6, 1, 1, 1, 1, 1]
     assert embedded == seen
-
-
-# -- bf16 autocast --
-
-@pytest.mark.parametrize('path', REFERENCE_FILES, ids=lambda p: p.stem)
-def test_bf16_autocast_keeps_the_reference_mean_losses(path):
-    with torch.autocast('cpu', dtype=torch.bfloat16):
-        for loss, seg in _reference_segment_losses(path, torch.float32):
-            assert abs(loss.float().mean().item() - seg['loss'].mean().item()) < 1e-2
-
-
-# -- the benchmark --
-
-def _benchmark():
-    spec = importlib.util.spec_from_file_location('benchmark', ROOT / 'experiments' / 'benchmark.py')
-    module = importlib.util.module_from_spec(spec)
-    sys.modules['benchmark'] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_benchmark_measures_every_row_on_tiny_sizes():
-    bench = _benchmark()
-    cfg = bench.BenchConfig(n_token=16, n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=32, tgt_len=4,
-                            mem_len=4, batch=2, repeats=1, matmul_n=32)
-    speed = bench.measure_speed(cfg, compile_model=False)
-    assert set(speed) == {'fast', 'plain', 'labml_nn', 'bf16 autocast', 'matmul', 'products alone',
-                          'fast without our kernels'}
-    assert all(v > 0 for name, row in speed.items() for v in row.values())
-    table9 = bench.measure_table9(cfg, [4, 8], repeats=1)
-    assert [r['length'] for r in table9] == [4, 8]
-    assert all(r[k] > 0 for r in table9 for k in ('xl_segment', 'xl_token', 'vanilla'))
-    memory = bench.measure_memory(cfg, [8])
-    assert all(memory[0][path][k] > 0 for path in ('fast', 'plain') for k in ('model_mib', 'mems_mib'))
-    assert all(memory[0][path]['eval_peak_mib'] >= 0 for path in ('fast', 'plain'))
-    table = bench.format_table(bench.speed_rows(speed, cfg) + bench.table9_rows(table9) + bench.memory_rows(memory))
-    lines = table.splitlines()
-    assert lines[0] == '| measurement | value | ratio |'
-    assert set(speed['fast without our kernels']) == {'train', 'eval'}
-    for needle in ('train: fast vs plain', 'train: fast vs labml_nn', 'eval: fast vs plain', 'eval: fast vs labml_nn',
-                   "eval: the fast path's products alone", 'train: fast vs fast without our kernels',
-                   'eval: fast vs fast without our kernels',
-                   'bf16 autocast', 'train step matmul FLOP/s', 'Table 9, L=4', 'Table 9, L=8',
-                   'eval peak memory above the model, mem_len=8'):
-        assert any(needle in line for line in lines), needle
-    assert bench.train_step_flops(cfg) == 3 * bench.forward_flops(cfg) > 0
 
 
 def test_generation_steps_project_nothing_of_the_past():
