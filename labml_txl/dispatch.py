@@ -7,7 +7,7 @@ specification), the layers in their modules. Faster implementations of the same 
 | operation | implementations, in the order they are tried |
 | --- | --- |
 | attention (relative or plain) | `kernel` (ours, `native/attention.py`), `sdpa` (`scaled_dot_product_attention`, the position terms as its bias), `composite` (head-major PyTorch, `attention_heads.py`), `reference` (`relative_attention.py`) |
-| linear layer | `prepacked` (oneDNN, `prepacked_linear.py`), `F.linear` |
+| linear layer | `prepacked` (oneDNN, `prepacked_linear.py`), `one row` (a kept $W^\top$, the same file), `F.linear` |
 | residual + layer norm | `kernel` (`native/layer_norm.py`), `PyTorch` |
 | dropout | `kernel` (`native/dropout.py`), `16-bit` (`dropout.py`), `nn.Dropout` |
 
@@ -284,33 +284,38 @@ def _reference(q, k, values, scale, masked, terms, get_scores, dropout, need_wei
 
 # -- linear layers, layer norm, dropout --
 
-def _prepacked_refusal(plan: Plan, x: torch.Tensor, weight: torch.Tensor) -> Optional[str]:
+def _kept_weight_refusal(plan: Plan, x: torch.Tensor, weight: torch.Tensor) -> Optional[str]:
+    """Why a weight may not be kept in another layout for this call (`prepacked_linear.py`), or None."""
     if plan.impl == 'reference':
         return "impl='reference'"
     if plan.grad:
-        return 'gradients are recorded (the packed product has no backward; packing every step costs more)'
+        return 'gradients are recorded (the kept layouts have no backward; making them every step costs more)'
     if plan.device_type != 'cpu' or x.dtype != torch.float32 or weight.dtype != torch.float32:
-        return 'oneDNN packing serves float32 on the CPU'
+        return 'the kept layouts serve float32 on the CPU'
     if plan.autocast is not None or plan.compiling:
         return 'under autocast or torch.compile'
     if not isinstance(weight, nn.Parameter):
-        return 'the weight is made per call: packing it would cost more than it saves'
-    if x.dim() < 2 or x.numel() < 2 * x.shape[-1]:
-        return 'a single row: a matrix-vector product, which F.linear does faster'
-    if not prepacked_linear.available():
-        return "oneDNN's linear ops are missing or failed their first check"
+        return 'the weight is made per call: a copy in another layout would cost more than it saves'
     return None
 
 
 def linear(plan: Plan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
            relu: bool = False) -> torch.Tensor:
-    r"""$x W^\top + b$ (and $\max(0, \cdot)$ of it with `relu`), by oneDNN with `weight` prepacked where it serves,
-    else `F.linear`.
+    r"""$x W^\top + b$ (and $\max(0, \cdot)$ of it with `relu`), by oneDNN with `weight` prepacked or, for a single
+    row, by a kept $W^\top$, where they serve, else `F.linear`.
 
     Shape:
         `x` `[..., in_features]`, `weight` `[out_features, in_features]`, `bias` `[out_features]` or None."""
-    if _decide('linear', [('prepacked', _prepacked_refusal(plan, x, weight)), ('F.linear', None)]) == 'prepacked':
+    kept = _kept_weight_refusal(plan, x, weight)
+    one_row = x.numel() == x.shape[-1]
+    missing = None if prepacked_linear.available() else "oneDNN's linear ops are missing or failed their first check"
+    prepacked = kept or ('a single row: a matrix-vector product, which oneDNN does slower' if one_row else missing)
+    transposed = kept or (None if one_row else 'more than one row')
+    chosen = _decide('linear', [('prepacked', prepacked), ('one row', transposed), ('F.linear', None)])
+    if chosen == 'prepacked':
         return prepacked_linear.prepacked_linear(x, weight, bias, relu)
+    if chosen == 'one row':
+        return prepacked_linear.one_row_linear(x, weight, bias, relu)
     y = F.linear(x, weight, bias)
     return torch.relu_(y) if relu else y
 

@@ -17,8 +17,15 @@ evaluates on these paths never gets the hook.
 
 Writes through `tensor.data` do not bump versions either (that is what `.data` is for); after such writes, call
 `torch.autograd.graph.increment_version` on the parameters, as the hook does.
+
+A `ParameterSnapshot` records a module tree's parameters and their versions once, and tells later whether they are
+still the same tensors at the same versions without walking the tree again through `nn.Module.parameters()` (a
+generator over `named_modules`, which a one-token step would otherwise pay per layer).
 """
+from typing import List
+
 import torch
+from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 
@@ -37,3 +44,35 @@ def track_fused_optimizer_steps() -> None:
     if not _registered:
         register_optimizer_step_post_hook(_bump_fused_parameter_versions)
         _registered = True
+
+
+class ParameterSnapshot:
+    """
+    The parameters of `module` and of every module under it, as they are now: each module's own parameter and
+    submodule slots (a parameter or submodule replaced, added or removed is a change) and each parameter's version
+    (a change in place).
+
+    Args:
+        module: the root of the tree.
+    """
+
+    def __init__(self, module: nn.Module):
+        modules = list(module.modules())
+        # Per module its slot dictionaries and the identities they held; the objects themselves are held here, so
+        # that no new object takes one of those identities while the snapshot lives
+        self.slots = [(m._parameters, m._modules, _identities(m._parameters), _identities(m._modules))
+                      for m in modules]
+        self.held = modules + [p for m in modules for p in m._parameters.values()]
+        self.parameters: List[torch.Tensor] = list(module.parameters())
+        self.versions: List[int] = [p._version for p in self.parameters]
+
+    def unchanged(self) -> bool:
+        """Whether every slot holds what it held and every parameter is at the version it was at."""
+        for parameters, modules, parameter_ids, module_ids in self.slots:
+            if _identities(parameters) != parameter_ids or _identities(modules) != module_ids:
+                return False
+        return [p._version for p in self.parameters] == self.versions
+
+
+def _identities(slots: dict) -> tuple:
+    return tuple(map(id, slots.values()))

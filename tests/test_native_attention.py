@@ -159,24 +159,27 @@ def test_portable_build_equals_the_plain_computation(monkeypatch):
                                                       memory_rows=40)
 
 
-@pytest.mark.parametrize('memory_rows', [0, 1, 31, 40, 77], ids=lambda m: f'memory={m}')
-def test_kernel_reads_keys_and_values_in_two_parts(memory_rows):
+@pytest.mark.parametrize('qlen,memory_rows', [(37, 0), (37, 1), (37, 31), (37, 40), (37, 77), (1, 0), (1, 1), (1, 23),
+                                              (1, 40)], ids=lambda m: str(m))
+def test_kernel_reads_keys_and_values_in_two_parts(qlen, memory_rows):
     """The memory's keys and values and the segment's, each a view of its own projection, as the model passes
     them: the same as the joined ones, for blocks that start in the memory, straddle the boundary or lie past it
-    (37 queries behind 40 keys of memory; `memory_rows` of the 77 keys in the first part)."""
-    q, k, values, table, a, b, c = _inputs(2, 3, 37, 40, 8)
+    (37 queries behind 40 keys of memory; `memory_rows` of the 77 keys in the first part), and for one query (a
+    one-token step, its own path in the kernel) behind 40."""
+    klen = 40 + qlen
+    q, k, values, table, a, b, c = _inputs(2, 3, qlen, 40, 8)
     # Keys and values strided as a projection's view is: `[len, bsz, 2 * heads * d_head]` in memory
     projected = torch.cat([k, values], dim=1).permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3)
     k_all, v_all = projected.split(3, dim=1)
     k_memory, v_memory = (k_all[..., :memory_rows, :], v_all[..., :memory_rows, :]) if memory_rows else (None, None)
     k_segment, v_segment = k_all[..., memory_rows:, :], v_all[..., memory_rows:, :]
     assert not k_all.is_contiguous()
-    for window in (77, 25):
+    for window in (klen, 25):
         with torch.no_grad():
             out = native_attention.causal_relative_attention(q, k_segment, v_segment, table, a, b, 0.3, c, window,
                                                              k_memory=k_memory, values_memory=v_memory)
         torch.testing.assert_close(out.double(), _plain_attention(q, k, values, table, a, b, c, 0.3,
-                                                                  decoder_window_mask(37, 77, window)),
+                                                                  decoder_window_mask(qlen, klen, window)),
                                    rtol=1e-5, atol=1e-5)
 
 

@@ -1,7 +1,7 @@
 """
-`dispatch.linear` with oneDNN's prepacked weights (`prepacked_linear.py`) against `F.linear`: the same numbers up to
-float rounding where the dispatcher runs it, exactly `F.linear` (with the reason it gives) where it must not run, and
-a weight changed in place is packed again.
+`dispatch.linear` with oneDNN's prepacked weights and, for one row, a kept $W^\top$ (`prepacked_linear.py`) against
+`F.linear`: the same numbers up to float rounding where the dispatcher runs them, exactly `F.linear` (with the reasons
+it gives) where they must not run, and a weight changed in place is put in its layout again.
 """
 import gc
 
@@ -74,22 +74,23 @@ def test_a_packed_weight_goes_with_its_weight():
     weight = _parameter(16, 8)
     with torch.no_grad():
         assert _linear(torch.randn(4, 8), weight)[1].chosen == 'prepacked'
-    assert weight in prepacked_linear._packed
+    assert weight in prepacked_linear._kept
     gc.collect()  # entries of weights other tests left behind go first
-    count = len(prepacked_linear._packed)
+    count = len(prepacked_linear._kept)
     del weight
     gc.collect()
-    assert len(prepacked_linear._packed) == count - 1
+    assert len(prepacked_linear._kept) == count - 1
 
 
 # Each case and a fragment of the reason the dispatcher gives for not packing
-REFUSALS = {'grad': 'gradients', 'float64': 'float32', 'one-row': 'single row', 'autocast': 'autocast',
+REFUSALS = {'grad': 'gradients', 'float64': 'float32', 'autocast': 'autocast',
             'weight-made-per-call': 'made per call', 'reference': "impl='reference'"}
 
 
+@pytest.mark.parametrize('rows', [4, 1])
 @pytest.mark.parametrize('case', REFUSALS)
-def test_f_linear_runs_where_the_packed_weight_must_not(count_calls, case):
-    weight, bias, x = _parameter(16, 8), torch.randn(16), torch.randn(4, 8)
+def test_f_linear_runs_where_the_kept_weights_must_not(count_calls, case, rows):
+    weight, bias, x = _parameter(16, 8), torch.randn(16), torch.randn(rows, 8)
     calls = count_calls(torch.ops.mkldnn, ['_linear_pointwise'])
     if case == 'grad':
         y, choice = _linear(x, weight, bias)
@@ -99,15 +100,45 @@ def test_f_linear_runs_where_the_packed_weight_must_not(count_calls, case):
     else:
         if case == 'float64':
             weight, bias, x = nn.Parameter(weight.detach().double()), bias.double(), x.double()
-        if case == 'one-row':
-            x = x[:1]
         if case == 'weight-made-per-call':
             weight = weight.detach() * 1.0
         with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16, enabled=case == 'autocast'):
             y, choice = _linear(x, weight, bias, impl='reference' if case == 'reference' else 'auto')
             assert torch.equal(y, F.linear(x, weight, bias))
-    assert choice.chosen == 'F.linear' and REFUSALS[case] in dict(choice.refused)['prepacked'], choice
+    refused = dict(choice.refused)
+    assert choice.chosen == 'F.linear' and REFUSALS[case] in refused['prepacked'], choice
+    assert REFUSALS[case] in refused['one row'], choice
     assert calls == {}
+
+
+@pytest.mark.parametrize('relu', [False, True])
+@pytest.mark.parametrize('with_bias', [True, False])
+@pytest.mark.parametrize('shape', [(1, 32), (1, 1, 32), (32,)], ids=['2d', '3d', '1d'])
+def test_one_row_equals_f_linear(count_calls, shape, with_bias, relu):
+    """A single row (a one-token step) runs by the kept $W^\top$, never by oneDNN, and gives `F.linear`'s numbers
+    up to float rounding."""
+    weight, bias = _parameter(48, 32), torch.randn(48) if with_bias else None
+    x = torch.randn(*shape)
+    calls = count_calls(torch.ops.mkldnn, ['_linear_pointwise'])
+    with torch.no_grad():
+        y, choice = _linear(x, weight, bias, relu)
+        expected = F.linear(x, weight, bias)
+    expected = torch.relu(expected) if relu else expected
+    assert choice.chosen == 'one row' and 'single row' in dict(choice.refused)['prepacked'], choice
+    assert calls == {}
+    assert y.shape == shape[:-1] + (48,)
+    torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_one_row_of_a_weight_changed_in_place_uses_the_new_weight():
+    weight, x = _parameter(16, 8), torch.randn(1, 8)
+    with torch.no_grad():
+        first, choice = _linear(x, weight)
+        assert choice.chosen == 'one row'
+        weight.mul_(2)  # as an optimizer step does
+        torch.testing.assert_close(_linear(x, weight)[0], 2 * first, rtol=1e-6, atol=1e-6)
+        weight.copy_(torch.randn(16, 8))
+        torch.testing.assert_close(_linear(x, weight)[0], F.linear(x, weight), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64], ids=['onednn', 'f-linear'])

@@ -86,12 +86,19 @@ def _check(module) -> bool:
             grads = torch.autograd.grad(out, leaves, grad_out)
         return torch.cat([t.flatten() for t in [out.detach()] + list(grads)])
 
-    # (the keys and values in two parts, as the model passes them in inference: 17 of memory and 31 more)
+    # (the keys and values in two parts, as the model passes them in inference: 17 of memory and 31 more; and the
+    # last query alone, a one-token step, which has a path of its own)
+    last = (q[:, :, -1:], k, values, table[:, -k.shape[2]:], content_bias, position_bias, entry_bias[:, -k.shape[2]:])
     return (first_result_matches(
         'causal relative attention',
         lambda: module.causal_relative_attention(q, k[:, :, :17], values[:, :, :17], k[:, :, 17:], values[:, :, 17:],
                                                  table, content_bias, position_bias, entry_bias, 0.3, 20, QUERY_BLOCK),
         lambda: _reference(*inputs, 0.3, window=20))
+        and first_result_matches(
+            'causal relative attention (one query)',
+            lambda: module.causal_relative_attention(last[0], k[:, :, :47], values[:, :, :47], k[:, :, 47:],
+                                                     values[:, :, 47:], *last[3:], 0.3, 20, QUERY_BLOCK),
+            lambda: _reference(*last, 0.3, window=20))
         and first_result_matches('causal relative attention (training)', trained_by_kernel, trained_by_reference))
 
 

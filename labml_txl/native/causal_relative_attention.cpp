@@ -187,6 +187,20 @@ void add(const float *a, const float *b, float *out, int64_t n) {
   for (int64_t d = 0; d < n; ++d) out[d] = a[d] + b[d];
 }
 
+// sum_d a_d b_d for d in [0, n)
+float dot(const float *a, const float *b, int64_t n) {
+  float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t d = 0; d < n; ++d) sum += a[d] * b[d];
+  return sum;
+}
+
+// y_d += factor * x_d for d in [0, n)
+void add_scaled(const float *x, float factor, float *y, int64_t n) {
+#pragma omp simd
+  for (int64_t d = 0; d < n; ++d) y[d] += factor * x[d];
+}
+
 // out[r, :] = rows[r, :] + bias for n rows of D
 void add_bias_to_rows(const float *rows, int64_t row_stride, const float *bias, int64_t n, int64_t D, float *out) {
   for (int64_t r = 0; r < n; ++r) add(rows + r * row_stride, bias, out + r * D, D);
@@ -319,6 +333,47 @@ const torch::Tensor &or_none(const std::optional<torch::Tensor> &t) {
   return t ? *t : none;
 }
 
+// The inference pass of a single query (Q = 1: a one-token step of generation) into `out` [1, B, H, D]: the scores
+// and the output as products of the one query with the rows where they are, [L, D] each (keys, table entries,
+// values), with no transposed copy of the keys or the table and no product kernel set up for one row
+void attend_one_query(const Attention &a, float *out_data) {
+  const int64_t H = a.H, D = a.D, M = a.M;
+  // The query's keys [J0, J1) and its table entries from s0 = J0 on (key j has entry j + Q - 1 - i = j)
+  const int64_t J0 = a.first(0), J1 = M + 1, L = J1 - J0;
+  at::parallel_for(0, a.B * H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(L), q_content(D), q_position(D);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t b = item / H, h = item % H;
+      // q + a and q + b
+      const float *qa = a.with_bias(b, h, 0, 1, a.content, q_content.data()).first;
+      const float *qb = a.with_bias(b, h, 0, 1, a.position, q_position.data()).first;
+      // (a) + (c) and (b) + (d) with the per-entry bias: A_j = (q + a)^T k_j + (q + b)^T r_j + c_j
+      const float *table = a.table + h * a.table_head;
+      const float *entry = a.entry ? a.entry + h * a.entry_head : nullptr;
+      a.keys.runs(b, h, J0, J1, [&](const float *rows, int64_t row_stride, int64_t count, int64_t offset) {
+        for (int64_t t = 0; t < count; ++t) {
+          const int64_t j = J0 + offset + t;
+          const float position = dot(qb, table + j * a.table_row, D);
+          scores[offset + t] = dot(qa, rows + t * row_stride, D) + (entry ? position + entry[j] : position);
+        }
+      });
+      // scale * A_j, e^{scale * A_j - max} and their sum
+      float row_max = -3.0e38f;
+      for (int64_t t = 0; t < L; ++t) {
+        scores[t] *= a.scale;
+        row_max = std::max(row_max, scores[t]);
+      }
+      const float inverse = 1.f / exponentials(scores.data(), 0, L, row_max);
+      // out = sum_j w_j v_j
+      float *out = out_data + (b * H + h) * D;
+      std::fill(out, out + D, 0.f);
+      a.values.runs(b, h, J0, J1, [&](const float *rows, int64_t row_stride, int64_t count, int64_t offset) {
+        for (int64_t t = 0; t < count; ++t) add_scaled(rows + t * row_stride, scores[offset + t] * inverse, out, D);
+      });
+    }
+  });
+}
+
 // The forward pass into `out` [Q, B, H, D] (the heads' outputs in the layout that concatenates them with a view);
 // with `weights` [B, H, Q, K], also the softmax weights of each block's columns there (for the backward pass)
 void attend(const Attention &a, int64_t block, float *out_data, float *weights) {
@@ -411,7 +466,11 @@ torch::Tensor causal_relative_attention(const torch::Tensor &q, const std::optio
   const Attention a = checked_attention(q, or_none(k_memory), or_none(v_memory), k, v, table, or_none(content_bias),
                                         or_none(position_bias), or_none(entry_bias), scale, window, block);
   auto out = torch::empty({a.Q, a.B, a.H, a.D}, q.options());
-  if (a.Q > 0 && a.B > 0 && a.H > 0) attend(a, block, out.data_ptr<float>(), nullptr);
+  if (a.Q == 1 && a.B > 0 && a.H > 0) {
+    attend_one_query(a, out.data_ptr<float>());
+  } else if (a.Q > 0 && a.B > 0 && a.H > 0) {
+    attend(a, block, out.data_ptr<float>(), nullptr);
+  }
   return out;
 }
 

@@ -28,7 +28,8 @@ whenever `mlen >= ext_len`, so with `ext_len == 0` always; they differ on a firs
 where the original keeps the whole segment. The rule is kept so that its numbers reproduce.)
 
 Memories never exceed `mem_len`, are detached (no autograd graph) and are only read: no later segment changes
-a returned tensor in place. For the absolute attention types 2 and 3 they hold the layer inputs **without**
+a returned tensor in place. In no-grad evaluation, those that keep rows of the memory before are views of append
+buffers (`append_buffer.py`) that later segments write after, never into. For the absolute attention types 2 and 3 they hold the layer inputs **without**
 position embeddings; the embeddings of the positions a memory takes in the current window are added to a new
 tensor at every use. (The original added them in place into the cached tensors, counting them again at
 every segment; its reference files for 2 and 3 use no memory.)
@@ -64,6 +65,7 @@ from ..t5_bias_mha import check_t5_buckets
 from . import hf_format
 from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
+from .append_buffer import keep_rows
 from .checks import check_cutoffs, check_lengths, check_tokens
 from .init import check_init, init_weights
 from .kv_memo import KeyValueMemo
@@ -279,6 +281,8 @@ class MemTransformerLM(nn.Module):
         self._cache = {}
         # Keys and values of the memories, kept from the segment before in no-grad evaluation (`kv_memo.py`)
         self._kv_memo = KeyValueMemo()
+        # Per layer input, the append buffer whose window is the memory last returned (`append_buffer.py`)
+        self._mem_buffers = {}
         self.impl = impl
 
     @property
@@ -297,9 +301,10 @@ class MemTransformerLM(nn.Module):
         return super()._apply(fn, *args, **kwargs)
 
     def _drop_caches(self) -> None:
-        """Forget the cached positions and masks and the kept keys and values."""
+        """Forget the cached positions and masks, the kept keys and values and the memories' buffers."""
         self._cache = {}
         self._kv_memo.clear()
+        self._mem_buffers = {}
 
     def _cached(self, plan: Plan, key: tuple, make):
         """`make()`, kept under `key` where the plan keeps values of shapes (not while `torch.compile` traces: it
@@ -487,7 +492,7 @@ class MemTransformerLM(nn.Module):
             hids.append(core_out)
 
         core_out = self.drop(core_out)
-        new_mems = self._update_mems(hids, mems, qlen, mlen)
+        new_mems = self._update_mems(plan, hids, mems, qlen, mlen)
         if keep_kv and len(new_mems) > 0:
             beg_idx, end_idx = self._mem_bounds(qlen, mlen)
             for i, kv in enumerate(kvs):
@@ -527,21 +532,25 @@ class MemTransformerLM(nn.Module):
         end_idx = qlen + max(0, mlen - self.ext_len)
         return max(0, end_idx - self.mem_len), end_idx
 
-    def _update_mems(self, hids: List[torch.Tensor], mems: Optional[List[torch.Tensor]], qlen: int,
+    def _update_mems(self, plan: Plan, hids: List[torch.Tensor], mems: Optional[List[torch.Tensor]], qlen: int,
                      mlen: int) -> List[torch.Tensor]:
-        """The memories for the next segment: `[memory, segment][beg:end]` of every layer input, detached."""
+        """The memories for the next segment: `[memory, segment][beg:end]` of every layer input, detached. In no-grad
+        evaluation (where the plan keeps caches) those that keep rows of the memory are windows of append buffers
+        (`append_buffer.py`): each segment writes only its own rows, and no returned memory is changed later."""
         if mems is None or self.mem_len == 0:
             return []
+        if not plan.keeps_caches:
+            self._mem_buffers = {}
         with torch.no_grad():
             beg_idx, end_idx = self._mem_bounds(qlen, mlen)
             new_mems = []
-            for m, h in zip(mems, hids):
-                if beg_idx >= mlen:
-                    # All of it from this segment (as when `mem_len <= tgt_len`): a view, no copy
-                    new_mems.append(h[beg_idx - mlen:end_idx - mlen].detach())
-                else:
-                    # The memory's rows from `beg` on, then the segment's: only the kept rows are copied
-                    new_mems.append(torch.cat([m[beg_idx:], h[:end_idx - mlen]], dim=0).detach())
+            for i, (m, h) in enumerate(zip(mems, hids)):
+                buffer = self._mem_buffers.get(i)
+                kept, buffer = keep_rows(buffer, m if mlen > 0 else None, h, beg_idx, end_idx, dim=0)
+                if plan.keeps_caches:
+                    self._mem_buffers[i] = buffer
+                # (a buffer's window holds no graph, and keeps its identity: the next segment appends to it)
+                new_mems.append(kept if buffer is not None else kept.detach())
         return new_mems
 
     def forward(self, data: torch.Tensor, target: torch.Tensor, *mems: torch.Tensor) -> List[torch.Tensor]:

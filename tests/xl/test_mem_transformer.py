@@ -55,18 +55,28 @@ def test_forward_hidden_without_memory_length():
 
 
 @pytest.mark.parametrize('attn_type', ATTN_TYPES)
-@pytest.mark.parametrize('mem_len,ext_len,tgt_lens', [(4, 0, [3, 3, 3, 3]), (7, 2, [5, 5, 5]), (3, 0, [6, 2, 6])])
-def test_memories_bounded_detached_and_never_changed(attn_type, mem_len, ext_len, tgt_lens):
+@pytest.mark.parametrize('mem_len,ext_len,tgt_lens', [(4, 0, [3, 3, 3, 3]), (7, 2, [5, 5, 5]), (3, 0, [6, 2, 6]),
+                                                      (6, 0, [1] * 20)])
+@pytest.mark.parametrize('training', [True, False], ids=['training', 'no-grad-evaluation'])
+def test_memories_bounded_detached_and_never_changed(attn_type, mem_len, ext_len, tgt_lens, training):
+    """In training, and in no-grad evaluation, where the memories are windows of append buffers that later segments
+    write after (one-token steps go through several buffers here)."""
     torch.manual_seed(0)
     model = MemTransformerLM(**small_config(attn_type=attn_type, mem_len=mem_len, ext_len=ext_len, tgt_len=6,
-                                            dropout=0.1, dropatt=0.1)).double().train()
+                                            dropout=0.1, dropatt=0.1)).double().train(training)
     data = tokens(sum(tgt_lens) + 1, 2)
-    mems, history, start = [], [], 0
+    mems, history, start, appended = [], [], 0, 0
     for tgt_len in tgt_lens:
-        model.reset_length(tgt_len, ext_len, mem_len)
+        if (model.tgt_len, model.ext_len, model.mem_len) != (tgt_len, ext_len, mem_len):
+            model.reset_length(tgt_len, ext_len, mem_len)
         inp = data[max(0, start - ext_len):start + tgt_len]
-        loss, *mems = model(inp, data[start + 1:start + 1 + tgt_len], *mems)
-        loss.mean().backward()
+        before = mems
+        with torch.set_grad_enabled(training):
+            loss, *mems = model(inp, data[start + 1:start + 1 + tgt_len], *mems)
+        if training:
+            loss.mean().backward()
+        # (a memory written after the one before, in the same storage)
+        appended += sum(m.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() for m, b in zip(mems, before))
         assert len(mems) == model.n_layer + 1
         for m in mems:
             assert m.shape[0] <= mem_len and m.shape[1:] == (2, 16)
@@ -77,6 +87,9 @@ def test_memories_bounded_detached_and_never_changed(attn_type, mem_len, ext_len
     for returned, copies in history:
         for m, c in zip(returned, copies):
             assert torch.equal(m, c)
+    # (only no-grad evaluation writes memories after the ones before, here where every memory keeps rows of the one
+    # before)
+    assert (appended > 0) == (not training and mem_len > max(tgt_lens))
 
 
 @pytest.mark.parametrize('attn_type', ATTN_TYPES)
