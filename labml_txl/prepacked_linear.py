@@ -21,7 +21,8 @@ A weight in another layout is kept per weight tensor while its version counter i
 per call; each layout costs one more copy of the weight while the weight lives.
 
 Not in training: there the weights change at every step, and packing them anew each step (and $W^\top$ for the
-input's gradient) cost more than oneDNN saved (measured: `docs/performance.md`). Results differ from `F.linear`'s by float rounding only (a sum in another order).
+input's gradient) cost more than oneDNN saved (measured: `docs/performance.md`). Results differ from `F.linear`'s
+by float rounding only (a sum in another order).
 Where the ops are missing (a PyTorch built without oneDNN) or fail their first check, `F.linear` runs.
 """
 import warnings

@@ -29,10 +29,10 @@ where the original keeps the whole segment. The rule is kept so that its numbers
 
 Memories never exceed `mem_len`, are detached (no autograd graph) and are only read: no later segment changes
 a returned tensor in place. In no-grad evaluation, those that keep rows of the memory before are views of append
-buffers (`append_buffer.py`) that later segments write after, never into. For the absolute attention types 2 and 3 they hold the layer inputs **without**
-position embeddings; the embeddings of the positions a memory takes in the current window are added to a new
-tensor at every use. (The original added them in place into the cached tensors, counting them again at
-every segment; its reference files for 2 and 3 use no memory.)
+buffers (`append_buffer.py`) that later segments write after, never into. For the absolute attention types 2 and 3
+they hold the layer inputs **without** position embeddings; the embeddings of the positions a memory takes in the
+current window are added to a new tensor at every use. (The original added them in place into the cached tensors,
+counting them again at every segment; its reference files for 2 and 3 use no memory.)
 
 ## Positions by attention type
 
