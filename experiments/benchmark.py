@@ -1,7 +1,7 @@
 r"""
 # Transformer-XL speed: the fast path against the plain path, labml_nn and the peers a user would pick instead
 
-    python experiments/benchmark.py                  # the full table on the CPU (a few minutes on 2 cores)
+    python experiments/benchmark.py                  # the full table on the CPU (about 6 minutes on 2 cores)
     python experiments/benchmark.py --quick          # a smoke run on tiny sizes
     python experiments/benchmark.py --device cuda    # on a GPU: every row that can run there
 
