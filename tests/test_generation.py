@@ -32,12 +32,14 @@ def test_greedy_generation_equals_recomputing_the_whole_sequence(attention):
     assert (model.tgt_len, model.mem_len) == (64, 0), 'generate restored the lengths it found'
 
 
+@pytest.mark.parametrize('batch', [2, 1])
 @pytest.mark.parametrize('attn_type', [0, 1, 2, 3, 4, 5, 6])
-def test_greedy_generation_equals_the_plain_paths(attn_type):
+def test_greedy_generation_equals_the_plain_paths(attn_type, batch):
     """The fast path (the attention kernel's one-query path where it serves, the memories and kept keys and values
     in append buffers) against the plain one (`impl='reference'`: the memory joined and projected anew at every
-    step), token for token, in float32, batch 2: a context of 12 longer than the prompt of 3, and 42 tokens, the
-    last 33 over a full memory that moves through several buffers (room for 12 // 4 rows after each window)."""
+    step), token for token, in float32, batch 2 and batch 1 (whose steps' products have one row, multiplied by a
+    kept $W^\top$): a context of 12 longer than the prompt of 3, and 42 tokens, the last 33 over a full memory that
+    moves through several buffers (room for 12 // 4 rows after each window)."""
     torch.manual_seed(attn_type)
     config = dict(n_token=23, n_layer=2, n_head=2, d_model=16, d_head=8, d_inner=32, dropout=0.1, dropatt=0.1,
                   tgt_len=8, mem_len=8, attn_type=attn_type)
@@ -47,7 +49,7 @@ def test_greedy_generation_equals_the_plain_paths(attn_type):
         for p in plain.parameters():
             p.add_(torch.randn_like(p) * 0.3)
     fast.load_state_dict(plain.state_dict())
-    prompt = torch.randint(23, (3, 2), generator=torch.Generator().manual_seed(1))
+    prompt = torch.randint(23, (3, batch), generator=torch.Generator().manual_seed(1))
     with dispatch.recording() as choices:
         fast_tokens = generate(fast, prompt, 42, top_k=1, context=12)
     plain_tokens = generate(plain, prompt, 42, top_k=1, context=12)
@@ -55,6 +57,9 @@ def test_greedy_generation_equals_the_plain_paths(attn_type):
     attention = {c.chosen for c in choices if c.operation == 'attention'}
     # (the kernel computes the types with a relative table; SDPA the others)
     assert attention == ({'kernel'} if attn_type in (0, 1) else {'sdpa'})
+    # (weights made per call, as the memory's $[W_k; W_v]$, go to F.linear)
+    linear = {c.chosen for c in choices if c.operation == 'linear'}
+    assert 'prepacked' in linear and ('one row' in linear) == (batch == 1)
 
 
 def test_sampling_is_repeatable_with_a_generator():
