@@ -306,11 +306,13 @@ def linear(plan: Plan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[tor
 
     Shape:
         `x` `[..., in_features]`, `weight` `[out_features, in_features]`, `bias` `[out_features]` or None."""
-    kept = _kept_weight_refusal(plan, x, weight)
-    one_row = x.numel() == x.shape[-1]
-    missing = None if prepacked_linear.available() else "oneDNN's linear ops are missing or failed their first check"
-    prepacked = kept or ('a single row: a matrix-vector product, which oneDNN does slower' if one_row else missing)
-    transposed = kept or (None if one_row else 'more than one row')
+    prepacked = transposed = _kept_weight_refusal(plan, x, weight)
+    if prepacked is None and x.numel() == x.shape[-1]:
+        prepacked = 'a single row: a matrix-vector product, which oneDNN does slower'
+    elif prepacked is None:
+        transposed = 'more than one row'
+        if not prepacked_linear.available():
+            prepacked = "oneDNN's linear ops are missing or failed their first check"
     chosen = _decide('linear', [('prepacked', prepacked), ('one row', transposed), ('F.linear', None)])
     if chosen == 'prepacked':
         return prepacked_linear.prepacked_linear(x, weight, bias, relu)

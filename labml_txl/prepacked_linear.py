@@ -46,11 +46,13 @@ def _check_available() -> bool:
     if not torch.backends.mkldnn.is_available():
         return False
     try:
-        generator = torch.Generator().manual_seed(0)
-        x, w, b = (torch.randn(*shape, generator=generator) for shape in ((4, 16), (8, 16), (8,)))
-        packed = torch.ops.mkldnn._reorder_linear_weight(w, 4)
-        y = torch.ops.mkldnn._linear_pointwise(x, packed, b, 'none', [], '')
-        works = torch.allclose(y, F.linear(x, w, b), rtol=1e-4, atol=1e-5)
+        # (in float32, whatever the first caller runs under: the answer is kept for the process)
+        with torch.autocast('cpu', enabled=False), torch.no_grad():
+            generator = torch.Generator().manual_seed(0)
+            x, w, b = (torch.randn(*shape, generator=generator) for shape in ((4, 16), (8, 16), (8,)))
+            packed = torch.ops.mkldnn._reorder_linear_weight(w, 4)
+            y = torch.ops.mkldnn._linear_pointwise(x, packed, b, 'none', [], '')
+            works = torch.allclose(y, F.linear(x, w, b), rtol=1e-4, atol=1e-5)
     except (AttributeError, RuntimeError) as error:
         warnings.warn(f"oneDNN's prepacked linear is not usable in this PyTorch ({error}); "
                       f"evaluation uses F.linear")

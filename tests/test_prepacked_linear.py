@@ -156,3 +156,12 @@ def test_relu_is_applied_by_the_product(count_calls, dtype):
         torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
     else:
         assert choice.chosen == 'F.linear' and calls == {} and torch.equal(y, expected)
+
+
+@requires_onednn
+def test_the_first_check_holds_under_the_callers_autocast(monkeypatch):
+    """oneDNN's ops are checked once per process, in float32: a first caller under bf16 autocast (where a float32
+    product would not match) does not turn them off for the rest of the process."""
+    monkeypatch.setattr(prepacked_linear, '_available', None)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        assert prepacked_linear.available()
