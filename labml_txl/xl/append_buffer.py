@@ -72,23 +72,30 @@ class AppendBuffer:
         return self._move_window(self.start + beg, self.fill + new_rows.shape[self.dim])
 
 
-def keep_rows(buffer: Optional[AppendBuffer], memory: Optional[torch.Tensor], segment: torch.Tensor, beg: int,
-              end: int, dim: int) -> Tuple[torch.Tensor, Optional[AppendBuffer]]:
-    """
-    Rows `[beg, end)` along `dim` of `[memory, segment]` (no `memory`: of the segment) and the buffer that holds them
-    (None where none does): a view of `segment` when they all lie in it; else written after `memory` where it is the
-    current window of `buffer`, or into a new buffer with room for `max(qlen, (end - beg) // 4)` more rows.
-    """
+def joined_rows(memory: Optional[torch.Tensor], segment: torch.Tensor, beg: int, end: int, dim: int) -> torch.Tensor:
+    """Rows `[beg, end)` along `dim` of `[memory, segment]` (no `memory`: of the segment), as the original takes them:
+    a view of `segment` when they all lie in it, else `cat([memory[beg:], segment[:end - mlen]])`, its slicing
+    included (no row of the segment when `end < mlen`, as with `ext_len > qlen`)."""
     mlen = 0 if memory is None else memory.shape[dim]
     if beg >= mlen:
         # All in the segment (as when `mem_len <= tgt_len`): a view, no copy
-        return segment.narrow(dim, beg - mlen, end - beg), None
+        return segment.narrow(dim, beg - mlen, end - beg)
+    rows = (slice(None),) * dim + (slice(None, end - mlen),)
+    return torch.cat([memory.narrow(dim, beg, mlen - beg), segment[rows]], dim)
+
+
+def keep_rows(buffer: Optional[AppendBuffer], memory: Optional[torch.Tensor], segment: torch.Tensor, beg: int,
+              end: int, dim: int) -> Tuple[torch.Tensor, Optional[AppendBuffer]]:
+    """
+    `joined_rows`, and the buffer that holds them (None where none does): where they keep rows of both `memory` and
+    `segment`, written after `memory` where it is the current window of `buffer`, else into a new buffer with room
+    for `max(qlen, (end - beg) // 4)` more rows.
+    """
+    mlen = 0 if memory is None else memory.shape[dim]
     new_rows = end - mlen
-    if new_rows <= 0 or memory.dtype != segment.dtype or memory.device != segment.device:
-        # No row of the segment is kept (`ext_len > qlen`), or the parts are of two dtypes, which `cat` promotes: the
-        # original's `cat([memory[beg:], segment[:end - mlen]])`, its slicing included
-        rows = (slice(None),) * dim + (slice(None, new_rows),)
-        return torch.cat([memory.narrow(dim, beg, mlen - beg), segment[rows]], dim), None
+    if beg >= mlen or new_rows <= 0 or memory.dtype != segment.dtype or memory.device != segment.device:
+        # All in the segment (a view), no row of the segment kept, or two dtypes (which `cat` promotes)
+        return joined_rows(memory, segment, beg, end, dim), None
     if buffer is not None and buffer.appends_to(memory, segment, new_rows):
         return buffer.append(segment, beg, end), buffer
     # A new buffer, the kept rows of the memory at its front, then the segment's

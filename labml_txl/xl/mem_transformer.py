@@ -65,7 +65,7 @@ from ..t5_bias_mha import check_t5_buckets
 from . import hf_format
 from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
-from .append_buffer import keep_rows
+from .append_buffer import joined_rows, keep_rows
 from .checks import check_cutoffs, check_lengths, check_tokens
 from .init import check_init, init_weights
 from .kv_memo import KeyValueMemo
@@ -545,12 +545,14 @@ class MemTransformerLM(nn.Module):
             beg_idx, end_idx = self._mem_bounds(qlen, mlen)
             new_mems = []
             for i, (m, h) in enumerate(zip(mems, hids)):
-                buffer = self._mem_buffers.get(i)
-                kept, buffer = keep_rows(buffer, m if mlen > 0 else None, h, beg_idx, end_idx, dim=0)
-                if plan.keeps_caches:
-                    self._mem_buffers[i] = buffer
+                m = m if mlen > 0 else None
+                if not plan.keeps_caches:
+                    # (every segment's memories are new: no buffer with room to append to)
+                    new_mems.append(joined_rows(m, h, beg_idx, end_idx, dim=0).detach())
+                    continue
+                kept, self._mem_buffers[i] = keep_rows(self._mem_buffers.get(i), m, h, beg_idx, end_idx, dim=0)
                 # (a buffer's window holds no graph, and keeps its identity: the next segment appends to it)
-                new_mems.append(kept if buffer is not None else kept.detach())
+                new_mems.append(kept if self._mem_buffers[i] is not None else kept.detach())
         return new_mems
 
     def forward(self, data: torch.Tensor, target: torch.Tensor, *mems: torch.Tensor) -> List[torch.Tensor]:
