@@ -56,12 +56,9 @@ class HuggingFaceXL(nn.Module):
         return [torch.empty(0, tokens.shape[1], self.d_model, device=tokens.device) for _ in range(self.n_layer)]
 
     def forward(self, data: torch.Tensor, target: torch.Tensor, *mems: torch.Tensor) -> List[torch.Tensor]:
-        mems = list(mems) or self._empty_mems(data)
-        with hf_on_current_torch():
-            out = self.hf(data.t(), mems=mems)
-        log_probs = out.prediction_scores.transpose(0, 1)
+        log_probs, new_mems = self.step_log_probs(data, list(mems))
         loss = -log_probs.gather(2, target[:, :, None]).squeeze(2)
-        return [loss] + list(out.mems)
+        return [loss] + new_mems
 
     def step_log_probs(self, tokens: torch.Tensor, mems) -> Tuple[torch.Tensor, list]:
         """Log-probabilities `[len, batch, n_token]` of `tokens` `[len, batch]` and the new memories."""
