@@ -132,7 +132,10 @@ def checkpoint_prefix(path) -> str:
 
 def read_variable_shapes(prefix: str) -> Dict[str, Tuple[int, ...]]:
     """`{name: shape}` of every variable of the checkpoint at `prefix`."""
-    reader = _import_tensorflow().train.load_checkpoint(prefix)
+    return _variable_shapes(_import_tensorflow().train.load_checkpoint(prefix))
+
+
+def _variable_shapes(reader) -> Dict[str, Tuple[int, ...]]:
     return {name: tuple(shape) for name, shape in reader.get_variable_to_shape_map().items()}
 
 
@@ -386,13 +389,13 @@ def load_tf_weights(model: MemTransformerLM, prefix: str, arguments: Mapping[str
     Fills `model`, built from `arguments` (`model_arguments`), with the variables of the checkpoint at `prefix`;
     checks them all before it reads any. Returns `model`.
     """
-    shapes = read_variable_shapes(prefix)
+    reader = _import_tensorflow().train.load_checkpoint(prefix)
+    shapes = _variable_shapes(reader)
     # Every name, the tied ones too (the tied softmax projections are the embedding's)
     params = dict(model.state_dict(keep_vars=True))
     wanted = placements(arguments)
     _check_variables(prefix, shapes, params, wanted, arguments)
 
-    reader = _import_tensorflow().train.load_checkpoint(prefix)
     written = set()
     with torch.no_grad():
         for placement in wanted:
