@@ -16,7 +16,6 @@ import json
 import math
 import os
 import sys
-from contextlib import contextmanager
 from unittest import mock
 
 import numpy as np
@@ -99,24 +98,14 @@ def write_checkpoint(tf, prefix, variables, seed=0):
     extra = {'transformer/layer_0/ff/layer_1/bias/Adam': np.zeros(variables['transformer/layer_0/ff/layer_1/bias'],
                                                                   np.float32),
              'global_step': np.array(1000, np.int64)}
-    everything = {**values, **extra}
-    tf.raw_ops.SaveV2(prefix=str(prefix), tensor_names=list(everything), shape_and_slices=[''] * len(everything),
-                      tensors=[tf.constant(v) for v in everything.values()])
+    save(tf, prefix, {**values, **extra})
     return values
 
 
-@contextmanager
-def hf_on_current_torch():
-    """HF 4.44's `TransfoXLModel.forward` has one line that current torch refuses,
-    `torch.arange(...).type_as(dtype=word_emb.dtype)`; while HF runs, `type_as(dtype=d)` means `.to(d)` (a call
-    with a tensor is unchanged)."""
-    type_as = torch.Tensor.type_as
-
-    def type_as_or_dtype(self, other=None, dtype=None):
-        return self.to(dtype) if other is None else type_as(self, other)
-
-    with mock.patch.object(torch.Tensor, 'type_as', type_as_or_dtype):
-        yield
+def save(tf, prefix, values):
+    """`{name: array}` written by TensorFlow as a name-based (V2) checkpoint at `prefix`."""
+    tf.raw_ops.SaveV2(prefix=str(prefix), tensor_names=list(values), shape_and_slices=[''] * len(values),
+                      tensors=[tf.constant(v) for v in values.values()])
 
 
 def hf_model(prefix, arch, proj_share_all_but_first):
@@ -150,9 +139,9 @@ def ours_log_probs(model, data):
 
 def hf_log_probs(model, data, n_layer, d_model):
     """The same with HF, from *empty* memories: its own `init_mems` starts from `mem_len` zero vectors, where the
-    original (and ours) starts from none."""
+    original (and ours) starts from none. (Under the `hf_on_current_torch` fixture: HF 4.44 on current torch.)"""
     mems, out = [torch.zeros(0, BATCH, d_model) for _ in range(n_layer)], []
-    with torch.no_grad(), hf_on_current_torch():
+    with torch.no_grad():
         for segment in data:
             result = model(input_ids=segment, mems=mems)
             mems = result.mems
@@ -169,7 +158,7 @@ HF_CASES = {
 
 
 @pytest.mark.parametrize('case', list(HF_CASES))
-def test_log_probs_equal_hf_loading_the_same_checkpoint(tf, tmp_path, case):
+def test_log_probs_equal_hf_loading_the_same_checkpoint(tf, tmp_path, case, hf_on_current_torch):
     options = HF_CASES[case]
     arch = dict(WT103_LIKE, d_model=options['d_model'], d_embed=options['d_embed'], untie_r=options['untie_r'])
     prefix = tmp_path / 'model.ckpt-0'
@@ -182,8 +171,7 @@ def test_log_probs_equal_hf_loading_the_same_checkpoint(tf, tmp_path, case):
         for bias in ('transformer/r_w_bias', 'transformer/r_r_bias'):
             values[bias] = np.stack([values[bias]] * arch['n_layer'])
         prefix = tmp_path / 'untied.ckpt-0'
-        tf.raw_ops.SaveV2(prefix=str(prefix), tensor_names=list(values), shape_and_slices=[''] * len(values),
-                          tensors=[tf.constant(v) for v in values.values()])
+        save(tf, prefix, values)
         arch['untie_r'] = True
     theirs = hf_model(prefix, arch, options['proj_share_all_but_first'])
     data = segments(arch['n_token'])
