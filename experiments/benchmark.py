@@ -26,6 +26,8 @@ per round, the order rotated every round), so a load that comes and goes slows a
   fraction of the machine's float32 GEMM peak, measured in the same rounds through the fastest path PyTorch has
   on the CPU (oneDNN's linear with a prepacked weight, `labml_txl.prepacked_linear`) and through `torch.mm`
   (MKL's sgemm on the CPU, cuBLAS on CUDA);
+* the products of a one-token step with 1 to 32 rows (batched generation's sequences) by our few-rows kernel against
+  oneDNN's prepacked product and `F.linear`, which back the most rows the dispatcher gives the kernel (`MOST_ROWS`);
 * evaluation per token of Transformer-XL with a memory against a vanilla Transformer that recomputes a window
   of the same attention length for every token (the paper's Table 9), at several lengths;
 * bf16 autocast against float32, and a bf16 product against a float32 one at the feed-forward layer's shape (where
@@ -63,6 +65,7 @@ from labml_txl import dispatch, native, prepacked_linear  # noqa: E402
 from labml_txl.attention_mask import decoder_causal_mask  # noqa: E402
 from labml_txl.dispatch import Plan, RelativeTerms  # noqa: E402
 from labml_txl.generation import generate  # noqa: E402
+from labml_txl.native import few_rows_linear as native_few_rows  # noqa: E402
 from labml_txl.train.configs import fused_adam  # noqa: E402
 from labml_txl.xl import MemTransformerLM  # noqa: E402
 
@@ -318,6 +321,7 @@ CPU_ONLY = {
     'products alone': "it times oneDNN's prepacked products and our attention kernel, which run on the CPU only",
     'oneDNN': "oneDNN's prepacked linear serves the CPU only: the FLOP/s share is of torch.mm (cuBLAS) alone",
     'memory': 'peak memory is read from /proc/self/status (the resident set of a CPU process), not the GPU',
+    'few rows': 'our few-rows kernel and oneDNN serve the CPU only',
 }
 
 
@@ -368,7 +372,8 @@ def measure_speed(cfg: BenchConfig, compile_model: bool = True, labml_nn: bool =
     if cpu and not prepacked_linear.available():
         notes.append("oneDNN's prepacked linear is not usable in this PyTorch: the FLOP/s share is of torch.mm alone")
     if not cpu:
-        notes += [f'{name}: not measured on {device}: {why}' for name, why in CPU_ONLY.items() if name != 'memory']
+        notes += [f'{name}: not measured on {device}: {why}' for name, why in CPU_ONLY.items()
+                  if name not in ('memory', 'few rows')]
     results = {}
     for train in (True, False):
         mode = 'train' if train else 'eval'
@@ -441,6 +446,54 @@ def measure_generation(cfg: BenchConfig, peers: bool = True, device: str = 'cpu'
         notes.append(f"generation: {HF}'s greedy tokens equal ours in {same} of {cfg.gen_tokens}")
     seconds = interleaved(runners, cfg.gen_repeats, warmup=0, sync=synchronizer(device))
     return {name: {'generate': cfg.gen_tokens / s} for name, s in seconds.items()}
+
+
+# Rows per product at which the few-rows kernel is measured against the libraries (batched generation's sequences)
+FEW_ROWS = (1, 2, 4, 8, 16, 32)
+
+
+def measure_few_rows(cfg: BenchConfig, repeats: int = 30) -> Dict[int, Dict[str, float]]:
+    """
+    Median seconds of the products of one one-token step of the fast model with `rows` sequences (per layer
+    $[W_q; W_k; W_v]$, $W_o$ and the two feed-forward layers, then the softmax layer; a weight of its own for each, so
+    they come from the caches as in a step), `{rows: {product: seconds}}`, by our few-rows kernel (where
+    `dispatch.linear` gives it at most `MOST_ROWS` rows), oneDNN's prepacked product and `F.linear`, interleaved.
+    """
+    h, dh, d = cfg.n_head, cfg.d_head, cfg.d_model
+    shapes = [(3 * h * dh, d), (d, h * dh), (cfg.d_inner, d), (d, cfg.d_inner)] * cfg.n_layer + [(cfg.n_token, d)]
+    weights = [nn.Parameter(torch.randn(*shape), requires_grad=False) for shape in shapes]
+    products = {'F.linear': F.linear}
+    if prepacked_linear.available():
+        products['oneDNN'] = prepacked_linear.prepacked_linear
+    if native_few_rows.kernel_available():
+        products['few rows'] = native_few_rows.few_rows_linear
+    results = {}
+    for rows in FEW_ROWS:
+        inputs = [torch.randn(rows, weight.shape[1]) for weight in weights]
+
+        def step(product: Callable) -> Callable[[], None]:
+            def call():
+                with torch.no_grad():
+                    for x, weight in zip(inputs, weights):
+                        product(x, weight)
+            return call
+        results[rows] = interleaved({name: step(product) for name, product in products.items()}, repeats)
+    return results
+
+
+def few_rows_rows(results: Dict[int, Dict[str, float]]) -> List[List[str]]:
+    """Rows `[what, the kernel's time, libraries' time over the kernel's]` of `measure_few_rows`."""
+    out = []
+    for rows, seconds in results.items():
+        if 'few rows' not in seconds:
+            continue
+        kernel = seconds['few rows']
+        others = [name for name in ('oneDNN', 'F.linear') if name in seconds]
+        served = '' if rows <= native_few_rows.MOST_ROWS else '; beyond MOST_ROWS: the dispatcher runs oneDNN'
+        out.append([f"a step's products, rows={rows}: few-rows kernel vs "
+                    + ' / '.join(f'{name} ({seconds[name] * 1e3:.2f} ms)' for name in others) + served,
+                    f'{kernel * 1e3:.2f} ms', ' / '.join(f'{seconds[name] / kernel:.2f}x' for name in others)])
+    return out
 
 
 def measure_table9(cfg: BenchConfig, lengths: List[int], repeats: int = 15, device: str = 'cpu'
@@ -659,13 +712,14 @@ def run(cfg: BenchConfig, lengths: List[int], mem_lens: List[int], compile_model
         speed.setdefault(name, {}).update(row)
     rows = speed_rows(speed, cfg) + table9_rows(measure_table9(cfg, lengths, device=device))
     if device == 'cpu':
-        rows += memory_rows(measure_memory(cfg, mem_lens))
+        rows += few_rows_rows(measure_few_rows(cfg)) + memory_rows(measure_memory(cfg, mem_lens))
         if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
             notes.append("bf16: PyTorch has no fast bf16 product on this CPU (oneDNN's needs AVX512BW/VL/DQ or "
                          "AVX-NE-CONVERT: torch.ops.mkldnn._is_mkldnn_bf16_supported() is False), so bf16 matmuls run "
                          "its portable kernel (the row 'bf16 product vs float32')")
     else:
-        notes.append(f"eval peak memory: not measured on {device}: {CPU_ONLY['memory']}")
+        notes += [f"{what}: not measured on {device}: {CPU_ONLY[name]}"
+                  for name, what in (('few rows', "a step's products"), ('memory', 'eval peak memory'))]
     out = [format_table(rows)]
     if device == 'cpu':
         out.append(format_table(target_rows(speed, cfg),

@@ -7,7 +7,7 @@ specification), the layers in their modules. Faster implementations of the same 
 | operation | implementations, in the order they are tried |
 | --- | --- |
 | attention (relative or plain) | `kernel` (ours, `native/attention.py`), `sdpa` (`scaled_dot_product_attention`, the position terms as its bias), `composite` (head-major PyTorch, `attention_heads.py`), `reference` (`relative_attention.py`) |
-| linear layer | `prepacked` (oneDNN, `prepacked_linear.py`), `one row` (a kept $W^\top$, the same file), `F.linear` |
+| linear layer | `few rows` (ours, `native/few_rows_linear.py`), `prepacked` (oneDNN, `prepacked_linear.py`), `F.linear` |
 | residual + layer norm | `kernel` (`native/layer_norm.py`), `PyTorch` |
 | dropout | `kernel` (`native/dropout.py`), `16-bit` (`dropout.py`), `nn.Dropout` |
 
@@ -38,6 +38,7 @@ from .attention_mask import decoder_key_window, heads_mask
 from .errors import require_one_of
 from .native import attention as native_attention
 from .native import dropout as native_dropout
+from .native import few_rows_linear as native_few_rows
 from .native import layer_norm as native_layer_norm
 from .native.build import native_kernels_enabled
 from .relative_attention import RelativeTerms, attention, scores_of_terms
@@ -284,40 +285,64 @@ def _reference(q, k, values, scale, masked, terms, get_scores, dropout, need_wei
 
 # -- linear layers, layer norm, dropout --
 
-def _kept_weight_refusal(plan: Plan, x: torch.Tensor, weight: torch.Tensor) -> Optional[str]:
-    """Why a weight may not be kept in another layout for this call (`prepacked_linear.py`), or None."""
+def _inference_refusal(plan: Plan, x: torch.Tensor, weight: torch.Tensor) -> Optional[str]:
+    """Why a product without backward, for float32 inference on the CPU, may not run this call, or None."""
     if plan.impl == 'reference':
         return "impl='reference'"
     if plan.grad:
-        return 'gradients are recorded (the kept layouts have no backward; making them every step costs more)'
+        return 'gradients are recorded (it has no backward)'
     if plan.device_type != 'cpu' or x.dtype != torch.float32 or weight.dtype != torch.float32:
-        return 'the kept layouts serve float32 on the CPU'
+        return 'it serves float32 on the CPU'
     if plan.autocast is not None or plan.compiling:
         return 'under autocast or torch.compile'
+    return None
+
+
+def _few_rows_refusal(plan: Plan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
+                      ) -> Optional[str]:
+    """Why our few-rows kernel (`native/few_rows_linear.py`) may not compute this product, or None."""
+    refusal = _inference_refusal(plan, x, weight)
+    if refusal is not None:
+        return refusal
+    if not native_kernels_enabled():
+        return 'our kernels are disabled'
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    if not 1 <= rows <= native_few_rows.MOST_ROWS:
+        return f'{rows} rows: the kernel takes 1 to {native_few_rows.MOST_ROWS} (beyond, GEMM libraries are faster)'
+    if not weight.is_contiguous() or (bias is not None and (bias.dtype != torch.float32 or not bias.is_contiguous())):
+        return 'the kernel reads a contiguous weight and bias'
+    if not native_few_rows.kernel_available():
+        return 'the kernel could not be built, or failed its first check'
+    return None
+
+
+def _prepacked_refusal(plan: Plan, x: torch.Tensor, weight: torch.Tensor) -> Optional[str]:
+    """Why oneDNN's product with `weight` prepacked (`prepacked_linear.py`) may not run this call, or None."""
+    refusal = _inference_refusal(plan, x, weight)
+    if refusal is not None:
+        return refusal
     if not isinstance(weight, nn.Parameter):
-        return 'the weight is made per call: a copy in another layout would cost more than it saves'
+        return 'the weight is made per call: packing it would cost more than it saves'
+    if x.numel() == x.shape[-1]:
+        return 'a single row: a matrix-vector product, which oneDNN does slower than F.linear'
+    if not prepacked_linear.available():
+        return "oneDNN's linear ops are missing or failed their first check"
     return None
 
 
 def linear(plan: Plan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
            relu: bool = False) -> torch.Tensor:
-    r"""$x W^\top + b$ (and $\max(0, \cdot)$ of it with `relu`), by oneDNN with `weight` prepacked or, for a single
-    row, by a kept $W^\top$, where they serve, else `F.linear`.
+    r"""$x W^\top + b$ (and $\max(0, \cdot)$ of it with `relu`): by our kernel for a few rows, by oneDNN with
+    `weight` prepacked for more, where they serve, else `F.linear`.
 
     Shape:
         `x` `[..., in_features]`, `weight` `[out_features, in_features]`, `bias` `[out_features]` or None."""
-    prepacked = transposed = _kept_weight_refusal(plan, x, weight)
-    if prepacked is None and x.numel() == x.shape[-1]:
-        prepacked = 'a single row: a matrix-vector product, which oneDNN does slower'
-    elif prepacked is None:
-        transposed = 'more than one row'
-        if not prepacked_linear.available():
-            prepacked = "oneDNN's linear ops are missing or failed their first check"
-    chosen = _decide('linear', [('prepacked', prepacked), ('one row', transposed), ('F.linear', None)])
+    chosen = _decide('linear', [('few rows', _few_rows_refusal(plan, x, weight, bias)),
+                                ('prepacked', _prepacked_refusal(plan, x, weight)), ('F.linear', None)])
+    if chosen == 'few rows':
+        return native_few_rows.few_rows_linear(x, weight, bias, relu)
     if chosen == 'prepacked':
         return prepacked_linear.prepacked_linear(x, weight, bias, relu)
-    if chosen == 'one row':
-        return prepacked_linear.one_row_linear(x, weight, bias, relu)
     y = F.linear(x, weight, bias)
     return torch.relu_(y) if relu else y
 

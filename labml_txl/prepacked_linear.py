@@ -1,5 +1,5 @@
 r"""
-# Linear layers for no-grad CPU inference, with weights kept in the layout their product reads fastest
+# Linear layers for no-grad CPU inference, with weights kept in the layout oneDNN reads
 
 $y = x W^\top + b$ computes the same whichever kernel runs it; how fast depends on the kernel. `F.linear` on the
 CPU calls MKL's `sgemm`, which repacks $W$ on every call. PyTorch also ships oneDNN, the library behind
@@ -8,17 +8,12 @@ its kernels read, and `mkldnn::_linear_pointwise` multiplies by the packed weigh
 benchmark's shapes (`docs/performance.md` has the figures).
 
 `dispatch.linear` uses it where that is safe and pays: without gradients (the op has no backward), float32 on
-the CPU, outside autocast and `torch.compile`, with at least two rows.
+the CPU, outside autocast and `torch.compile`, with more rows than our few-rows kernel takes
+(`native/few_rows_linear.py`: a handful of rows is a matrix-vector product, which both libraries do slowly).
 
-A single row (a one-token step of generation) is a matrix-vector product: its time is that of reading $W$ once,
-and oneDNN's packed product is slower at it than `F.linear`. `F.linear` hands MKL $W$ as the transpose of its
-storage; with a copy of $W^\top$ stored as `[in_features, out_features]`, $x W^\top$ streams its rows in order and
-ran faster here when the weights come from the cache a layer at a time (`docs/performance.md`). `one_row_linear`
-multiplies by such a copy.
-
-A weight in another layout is kept per weight tensor while its version counter is unchanged (an optimizer step or
+The packed weight is kept per weight tensor while its version counter is unchanged (an optimizer step or
 `load_state_dict` bumps it; `parameter_versions.py` for fused optimizers), so it is made once per evaluation, not
-per call; each layout costs one more copy of the weight while the weight lives.
+per call; it costs one more copy of the weight while the weight lives.
 
 Not in training: there the weights change at every step, and packing them anew each step (and $W^\top$ for the
 input's gradient) cost more than oneDNN saved (measured: `docs/performance.md`). Results differ from `F.linear`'s
@@ -26,7 +21,7 @@ by float rounding only (a sum in another order).
 Where the ops are missing (a PyTorch built without oneDNN) or fail their first check, `F.linear` runs.
 """
 import warnings
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 from torch.nn import functional as F
@@ -34,8 +29,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from .parameter_versions import track_fused_optimizer_steps
 
-# Per weight tensor (by identity): per layout, the version it was made at and the weight in that layout; entries go
-# with their weight
+# Per weight tensor (by identity): the version it was packed at and the packed weight; entries go with their weight
 _kept = WeakIdKeyDictionary()
 # Whether oneDNN's linear ops work in this PyTorch (checked on first use)
 _available: Optional[bool] = None
@@ -70,16 +64,15 @@ def available() -> bool:
     return _available
 
 
-def _in_layout(weight: torch.Tensor, layout: str, make: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-    """`make(weight)`, kept under `layout` for `weight` and made again only when the weight has changed in place."""
-    layouts = _kept.get(weight)
-    if layouts is None:
-        layouts = _kept[weight] = {}
-    entry = layouts.get(layout)
+def _packed(weight: torch.Tensor, rows: int) -> torch.Tensor:
+    """`weight` packed by oneDNN, kept for `weight` and packed again only when the weight has changed in place."""
+    entry = _kept.get(weight)
     if entry is None or entry[0] != weight._version:
         # The cache trusts version counters, which fused optimizer steps do not bump by themselves
         track_fused_optimizer_steps()
-        entry = layouts[layout] = (weight._version, make(weight.detach()))
+        # (`rows` only guides the choice of layout; the packed weight serves any number of rows)
+        entry = _kept[weight] = (weight._version,
+                                 torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), rows))
     return entry[1]
 
 
@@ -94,26 +87,8 @@ def prepacked_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
         returns `[..., out_features]`.
     """
     rows = x.numel() // x.shape[-1]
-    # (`rows` only guides the choice of layout; the packed weight serves any number of rows)
-    packed = _in_layout(weight, 'oneDNN', lambda w: torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), rows))
+    packed = _packed(weight, rows)
     y = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]).contiguous(), packed, bias,
                                            'relu' if relu else 'none', [], '')
     return y.view(*x.shape[:-1], weight.shape[0])
 
-
-def one_row_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
-                   relu: bool = False) -> torch.Tensor:
-    r"""
-    $x W^\top + b$ (and $\max(0, \cdot)$ of it with `relu`) for a single row $x$, as $x$ times a kept copy of
-    $W^\top$ (`[in_features, out_features]`, contiguous). No gradient: call where `dispatch.linear` chooses it.
-
-    Shape:
-        `x` `[..., in_features]` with one row, `weight` `[out_features, in_features]`, `bias` `[out_features]` or
-        None; returns `[..., out_features]`.
-    """
-    transposed = _in_layout(weight, 'transposed', lambda w: w.t().contiguous())
-    row = x.reshape(1, x.shape[-1])
-    # $x W^\top + b$
-    y = row @ transposed if bias is None else torch.addmm(bias, row, transposed)
-    y = y.view(*x.shape[:-1], weight.shape[0])
-    return torch.relu_(y) if relu else y

@@ -408,7 +408,8 @@ def test_the_models_impl_chooses_the_reference_everywhere(attn_type):
         chosen[impl] = {(c.operation, c.chosen) for c in choices if c.operation != 'dropout'}
     assert chosen['reference'] == {('attention', 'reference'), ('linear', 'F.linear'),
                                    ('residual layer norm', 'PyTorch')}
-    assert ('attention', 'reference') not in chosen['auto'] and ('linear', 'prepacked') in chosen['auto']
+    # (15 rows a product: the few-rows kernel's)
+    assert ('attention', 'reference') not in chosen['auto'] and ('linear', 'few rows') in chosen['auto']
     torch.testing.assert_close(losses['auto'], losses['reference'], rtol=1e-5, atol=1e-5)
 
 

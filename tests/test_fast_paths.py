@@ -17,6 +17,7 @@ from labml_txl.attention_mask import decoder_causal_mask, decoder_window_mask, s
 from labml_txl.dispatch import Plan, RelativeTerms
 from labml_txl.dropout import Dropout
 from labml_txl.generation import generate
+from labml_txl.native import few_rows_linear as native_few_rows
 from labml_txl.relative_attention import masked_softmax, relative_attention_scores, relative_shift
 from labml_txl.relative_mha import RelativeMultiHeadAttention
 from labml_txl.xl import MemTransformerLM
@@ -466,8 +467,9 @@ def test_impl_reference_makes_every_choice_the_specification(attn_type, grad):
     assert _masks_drawn(reference) == _masks_drawn(auto)
     assert 'reference' not in _chosen(auto)
     if not grad:
-        # (with gradients neither serves: the packed product and the layer-norm kernel are for inference)
-        assert 'prepacked' in _chosen(auto, 'linear') and 'kernel' in _chosen(auto, 'residual layer norm')
+        # (with gradients none serves: our kernels and the packed product are for inference; these segments are
+        # short enough for the few-rows kernel)
+        assert 'few rows' in _chosen(auto, 'linear') and 'kernel' in _chosen(auto, 'residual layer norm')
 
 
 # -- cached positions and masks --
@@ -668,13 +670,13 @@ def test_generation_computes_only_the_new_position_each_step():
     assert embedded == seen
 
 
-def test_generation_steps_project_nothing_of_the_past():
+def test_generation_steps_project_nothing_of_the_past(monkeypatch):
     """With a full memory, every product of a step has one row: the memory's keys and values and the projected
     distance table are kept from the step before (no-grad evaluation), not recomputed."""
     torch.manual_seed(0)
     model = MemTransformerLM(**small_config(tgt_len=8, mem_len=8))
     events = []
-    # The kernels a linear layer reaches: MKL's (`F.linear`) and oneDNN's (`prepacked_linear`)
+    # The kernels a linear layer reaches: MKL's (`F.linear`), oneDNN's (`prepacked_linear`) and our few-rows kernel
     linear_kernels = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
                       torch.ops.mkldnn._linear_pointwise.default)
 
@@ -684,6 +686,14 @@ def test_generation_steps_project_nothing_of_the_past():
                 # Positions in the product: its rows are `[seq * bsz]` with bsz = 2
                 events.append(args[1 if func is torch.ops.aten.addmm.default else 0].shape[0] // 2)
             return func(*args, **(kwargs or {}))
+
+    few_rows_linear = native_few_rows.few_rows_linear
+
+    def counted_few_rows_linear(x, *args):
+        events.append(x.numel() // x.shape[-1] // 2)
+        return few_rows_linear(x, *args)
+
+    monkeypatch.setattr(native_few_rows, 'few_rows_linear', counted_few_rows_linear)
 
     model.word_emb.register_forward_hook(lambda module, args, output: events.append(('step', args[0].shape[0])))
     with RowsOfProducts():

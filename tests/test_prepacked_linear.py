@@ -1,7 +1,8 @@
 """
-`dispatch.linear` with oneDNN's prepacked weights and, for one row, a kept $W^\top$ (`prepacked_linear.py`) against
-`F.linear`: the same numbers up to float rounding where the dispatcher runs them, exactly `F.linear` (with the reasons
-it gives) where they must not run, and a weight changed in place is put in its layout again.
+`dispatch.linear` with oneDNN's prepacked weights (`prepacked_linear.py`) against `F.linear`: the same numbers up to
+float rounding where the dispatcher runs them (more rows than the few-rows kernel takes,
+`test_native_few_rows_linear.py`), exactly `F.linear` (with the reasons it gives) where they must not run, and a
+weight changed in place is packed again.
 """
 import gc
 
@@ -10,8 +11,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from labml_txl import dispatch, prepacked_linear
+from labml_txl import dispatch, native, prepacked_linear
 from labml_txl.dispatch import Plan
+from labml_txl.native.few_rows_linear import MOST_ROWS
+
+# More rows than the few-rows kernel takes
+ROWS = MOST_ROWS + 4
 
 requires_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(),
                                      reason='this PyTorch is built without oneDNN')
@@ -39,17 +44,17 @@ def _parameter(*shape, dtype=torch.float32):
 
 @requires_onednn
 @pytest.mark.parametrize('with_bias', [True, False])
-@pytest.mark.parametrize('shape', [(7, 32), (5, 3, 32), (3, 5, 32)], ids=['2d', '3d', '3d-transposed'])
+@pytest.mark.parametrize('shape', [(ROWS, 32), (5, ROWS, 32), (ROWS, 5, 32)], ids=['2d', '3d', '3d-transposed'])
 def test_equals_f_linear_without_gradients(count_calls, shape, with_bias):
     weight, bias = _parameter(48, 32), torch.randn(48) if with_bias else None
     x = torch.randn(*shape)
-    if shape == (3, 5, 32):
-        x = torch.randn(5, 3, 32).transpose(0, 1)  # not contiguous
+    if shape == (ROWS, 5, 32):
+        x = torch.randn(5, ROWS, 32).transpose(0, 1)  # not contiguous
     calls = count_calls(torch.ops.mkldnn, ['_linear_pointwise'])
     with torch.no_grad():
         y, choice = _linear(x, weight, bias)
         expected = F.linear(x, weight, bias)
-    assert choice == dispatch.Choice('linear', 'prepacked')
+    assert choice.chosen == 'prepacked' and [name for name, _ in choice.refused] == ['few rows'], choice
     assert calls == {'_linear_pointwise': 1}
     assert y.shape == shape[:-1] + (48,)
     torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
@@ -57,7 +62,7 @@ def test_equals_f_linear_without_gradients(count_calls, shape, with_bias):
 
 @requires_onednn
 def test_a_weight_changed_in_place_is_packed_again(count_calls):
-    weight, x = _parameter(16, 8), torch.randn(4, 8)
+    weight, x = _parameter(16, 8), torch.randn(ROWS, 8)
     calls = count_calls(torch.ops.mkldnn, ['_reorder_linear_weight'])
     with torch.no_grad():
         first, choice = _linear(x, weight)
@@ -73,7 +78,7 @@ def test_a_weight_changed_in_place_is_packed_again(count_calls):
 def test_a_packed_weight_goes_with_its_weight():
     weight = _parameter(16, 8)
     with torch.no_grad():
-        assert _linear(torch.randn(4, 8), weight)[1].chosen == 'prepacked'
+        assert _linear(torch.randn(ROWS, 8), weight)[1].chosen == 'prepacked'
     assert weight in prepacked_linear._kept
     gc.collect()  # entries of weights other tests left behind go first
     count = len(prepacked_linear._kept)
@@ -87,10 +92,9 @@ REFUSALS = {'grad': 'gradients', 'float64': 'float32', 'autocast': 'autocast',
             'weight-made-per-call': 'made per call', 'reference': "impl='reference'"}
 
 
-@pytest.mark.parametrize('rows', [4, 1])
 @pytest.mark.parametrize('case', REFUSALS)
-def test_f_linear_runs_where_the_kept_weights_must_not(count_calls, case, rows):
-    weight, bias, x = _parameter(16, 8), torch.randn(16), torch.randn(rows, 8)
+def test_f_linear_runs_where_the_packed_weights_must_not(count_calls, case):
+    weight, bias, x = _parameter(16, 8), torch.randn(16), torch.randn(ROWS, 8)
     calls = count_calls(torch.ops.mkldnn, ['_linear_pointwise'])
     if case == 'grad':
         y, choice = _linear(x, weight, bias)
@@ -105,47 +109,28 @@ def test_f_linear_runs_where_the_kept_weights_must_not(count_calls, case, rows):
         with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16, enabled=case == 'autocast'):
             y, choice = _linear(x, weight, bias, impl='reference' if case == 'reference' else 'auto')
             assert torch.equal(y, F.linear(x, weight, bias))
-    refused = dict(choice.refused)
-    assert choice.chosen == 'F.linear' and REFUSALS[case] in refused['prepacked'], choice
-    assert REFUSALS[case] in refused['one row'], choice
+    assert choice.chosen == 'F.linear' and REFUSALS[case] in dict(choice.refused)['prepacked'], choice
     assert calls == {}
 
 
-@pytest.mark.parametrize('relu', [False, True])
-@pytest.mark.parametrize('with_bias', [True, False])
-@pytest.mark.parametrize('shape', [(1, 32), (1, 1, 32), (32,)], ids=['2d', '3d', '1d'])
-def test_one_row_equals_f_linear(count_calls, shape, with_bias, relu):
-    """A single row (a one-token step) runs by the kept $W^\top$, never by oneDNN, and gives `F.linear`'s numbers
-    up to float rounding."""
-    weight, bias = _parameter(48, 32), torch.randn(48) if with_bias else None
-    x = torch.randn(*shape)
+@requires_onednn
+def test_one_row_is_not_packed_where_the_few_rows_kernel_is_off(count_calls):
+    """oneDNN is slower than `F.linear` at a matrix-vector product: without our kernel, one row goes to
+    `F.linear`."""
+    weight, x = _parameter(48, 32), torch.randn(1, 32)
     calls = count_calls(torch.ops.mkldnn, ['_linear_pointwise'])
-    with torch.no_grad():
-        y, choice = _linear(x, weight, bias, relu)
-        expected = F.linear(x, weight, bias)
-    expected = torch.relu(expected) if relu else expected
-    assert choice.chosen == 'one row' and 'single row' in dict(choice.refused)['prepacked'], choice
+    with torch.no_grad(), native.disabled():
+        y, choice = _linear(x, weight)
+        assert torch.equal(y, F.linear(x, weight))
+    assert choice.chosen == 'F.linear' and 'single row' in dict(choice.refused)['prepacked'], choice
     assert calls == {}
-    assert y.shape == shape[:-1] + (48,)
-    torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
-
-
-def test_one_row_of_a_weight_changed_in_place_uses_the_new_weight():
-    weight, x = _parameter(16, 8), torch.randn(1, 8)
-    with torch.no_grad():
-        first, choice = _linear(x, weight)
-        assert choice.chosen == 'one row'
-        weight.mul_(2)  # as an optimizer step does
-        torch.testing.assert_close(_linear(x, weight)[0], 2 * first, rtol=1e-6, atol=1e-6)
-        weight.copy_(torch.randn(16, 8))
-        torch.testing.assert_close(_linear(x, weight)[0], F.linear(x, weight), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64], ids=['onednn', 'f-linear'])
 def test_relu_is_applied_by_the_product(count_calls, dtype):
     """`relu=True`: $\\max(0, x W^\\top + b)$, by oneDNN's product itself where it runs (one call, no other pass),
     by `F.linear` and an in-place ReLU where it does not."""
-    weight, bias, x = _parameter(48, 32, dtype=dtype), torch.randn(48, dtype=dtype), torch.randn(9, 32, dtype=dtype)
+    weight, bias, x = _parameter(48, 32, dtype=dtype), torch.randn(48, dtype=dtype), torch.randn(ROWS, 32, dtype=dtype)
     calls = count_calls(torch.ops.mkldnn, ['_linear_pointwise'])
     with torch.no_grad():
         y, choice = _linear(x, weight, bias, relu=True)

@@ -39,10 +39,15 @@ def test_benchmark_measures_every_row_on_tiny_sizes():
     table9 = bench.measure_table9(TINY, [4, 8], repeats=1)
     assert [r['length'] for r in table9] == [4, 8]
     assert all(r[k] > 0 for r in table9 for k in ('xl_segment', 'xl_token', 'vanilla'))
+    few_rows = bench.measure_few_rows(TINY, repeats=1)
+    assert list(few_rows) == list(bench.FEW_ROWS)
+    assert all(set(seconds) == {'few rows', 'oneDNN', 'F.linear'} and min(seconds.values()) > 0
+               for seconds in few_rows.values())
     memory = bench.measure_memory(TINY, [8])
     assert all(memory[0][path][k] > 0 for path in ('fast', 'plain') for k in ('model_mib', 'mems_mib'))
     assert all(memory[0][path]['eval_peak_mib'] >= 0 for path in ('fast', 'plain'))
-    table = bench.format_table(bench.speed_rows(speed, TINY) + bench.table9_rows(table9) + bench.memory_rows(memory))
+    table = bench.format_table(bench.speed_rows(speed, TINY) + bench.table9_rows(table9)
+                               + bench.few_rows_rows(few_rows) + bench.memory_rows(memory))
     lines = table.splitlines()
     assert lines[0] == '| measurement | value | ratio |'
     assert set(speed['fast without our kernels']) == {'train', 'eval'}
@@ -54,6 +59,7 @@ def test_benchmark_measures_every_row_on_tiny_sizes():
                    'eval: fast vs fast without our kernels', 'bf16 autocast', "bf16 product vs float32",
                    "train step matmul FLOP/s (fast), of the float32 peak: oneDNN's prepacked GEMM",
                    'train step matmul FLOP/s (fast), of torch.mm', 'Table 9, L=4', 'Table 9, L=8',
+                   "a step's products, rows=1: few-rows kernel vs oneDNN", "a step's products, rows=32",
                    'eval peak memory above the model, mem_len=8'):
         assert any(needle in line for line in lines), needle
     assert all('not the same attention' in line for line in lines if 'vs x-transformers' in line)
