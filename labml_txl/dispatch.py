@@ -308,7 +308,8 @@ def _few_rows_refusal(plan: Plan, x: torch.Tensor, weight: torch.Tensor, bias: O
         return 'our kernels are disabled'
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     if not 1 <= rows <= native_few_rows.MOST_ROWS:
-        return f'{rows} rows: the kernel takes 1 to {native_few_rows.MOST_ROWS} (beyond, GEMM libraries are faster)'
+        return (f'{rows} rows: the kernel takes 1 to {native_few_rows.MOST_ROWS} (from about 32 rows the GEMM '
+                f'libraries are as fast or faster)')
     if not weight.is_contiguous() or (bias is not None and (bias.dtype != torch.float32 or not bias.is_contiguous())):
         return 'the kernel reads a contiguous weight and bias'
     if not native_few_rows.kernel_available():

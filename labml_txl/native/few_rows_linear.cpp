@@ -1,8 +1,8 @@
 // y = x W^T + b (and max(0, y) with relu) for a few rows x, for no-grad float32 inference on the CPU (see
 // few_rows_linear.py).
 //
-// With a handful of rows the product is as fast as W can be read, and GEMM libraries tuned for many rows read it
-// slowly: MKL's sgemm repacks it on every call, oneDNN's packed product is slower still at one row. Here every
+// With a handful of rows the product is as fast as W can be read, and the GEMM libraries, tuned for many rows,
+// read it slower than the cores can (MKL's sgemm; oneDNN's packed product, slower still at one row). Here every
 // output feature o is a dot product of W's row o, contiguous in W's own layout, with each input row:
 //
 //     y[r, o] = b[o] + sum_i x[r, i] W[o, i]

@@ -3,12 +3,12 @@ r"""
 
 A one-token step of generation multiplies each weight by one row per sequence: $y = x W^\top + b$ with $x$ of
 a handful of rows is a matrix-vector product, whose time is that of reading $W$ once. The GEMM libraries PyTorch
-calls are tuned for many rows and read $W$ slowly here: MKL's `sgemm` (`F.linear`) repacks it on every call, and
-oneDNN's packed product is slower still for one row. `few_rows_linear.cpp` takes each output feature as the dot
+calls are tuned for many rows and read $W$ slower than the two cores can here (MKL's `sgemm` behind `F.linear`;
+oneDNN's packed product, slower still for one row). `few_rows_linear.cpp` takes each output feature as the dot
 product of $W$'s row with the input, in $W$'s own layout (no copy is kept), four rows of $W$ at a time, shared
 among the threads so that both cores read $W$ at once. At the benchmark model's shapes it ran a step's products
-several times faster than either library for up to 16 rows, and about as fast as oneDNN at 32
-(`docs/performance.md`), so `dispatch.linear` gives it at most `MOST_ROWS` rows.
+faster than either library up to 16 rows, as fast as `F.linear` at 32 and slower beyond (the figures are in
+`docs/performance.md`), so `dispatch.linear` gives it at most `MOST_ROWS` rows.
 
 The results agree with `F.linear` to float rounding (sums in another order; tested at 1e-5). With gradients, in
 other dtypes, under autocast or `torch.compile`, or where the kernel is not available (`build.py`), the dispatcher
@@ -21,7 +21,7 @@ from torch.nn import functional as F
 
 from .build import checked_kernel, first_result_matches
 
-# The most rows the dispatcher gives the kernel: beyond, oneDNN's packed product is as fast or faster
+# The most rows the dispatcher gives the kernel: from about 32 the GEMM libraries are as fast or faster
 MOST_ROWS = 16
 
 
