@@ -57,12 +57,15 @@ class Plan:
     grad: bool
     autocast: Optional[torch.dtype]
     compiling: bool
+    # Whether our C++ kernels may run (not `LABML_TXL_NATIVE=0`, not inside `native.disabled()`)
+    native: bool = True
 
     @classmethod
     def now(cls, device: torch.device, impl: str = 'auto') -> 'Plan':
         device_type = device.type
         autocast = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
-        return cls(check_impl(impl), device_type, torch.is_grad_enabled(), autocast, torch.compiler.is_compiling())
+        return cls(check_impl(impl), device_type, torch.is_grad_enabled(), autocast, torch.compiler.is_compiling(),
+                   native_kernels_enabled())
 
     @property
     def keeps_caches(self) -> bool:
@@ -160,7 +163,7 @@ def _kernel_refusal(plan: Plan, q: torch.Tensor, klen: int, terms: Optional[Rela
         return "no relative table (the kernel computes Transformer-XL's position terms with one)"
     if terms.table.shape[-2] < klen:
         return f'a table of {terms.table.shape[-2]} entries for {klen} keys: the kernel reads one entry per distance'
-    if not native_kernels_enabled():
+    if not plan.native:
         return 'our kernels are disabled (LABML_TXL_NATIVE=0 or native.disabled())'
     if plan.device_type != 'cpu':
         return f'on {plan.device_type}: the kernel runs on the CPU'
@@ -304,7 +307,7 @@ def _few_rows_refusal(plan: Plan, x: torch.Tensor, weight: torch.Tensor, bias: O
     refusal = _inference_refusal(plan, x, weight)
     if refusal is not None:
         return refusal
-    if not native_kernels_enabled():
+    if not plan.native:
         return 'our kernels are disabled'
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     if not 1 <= rows <= native_few_rows.MOST_ROWS:
@@ -338,8 +341,10 @@ def linear(plan: Plan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[tor
 
     Shape:
         `x` `[..., in_features]`, `weight` `[out_features, in_features]`, `bias` `[out_features]` or None."""
-    chosen = _decide('linear', [('few rows', _few_rows_refusal(plan, x, weight, bias)),
-                                ('prepacked', _prepacked_refusal(plan, x, weight)), ('F.linear', None)])
+    few_rows = _few_rows_refusal(plan, x, weight, bias)
+    # (oneDNN's reasons are looked at only where the kernel is refused)
+    prepacked = 'not tried' if few_rows is None else _prepacked_refusal(plan, x, weight)
+    chosen = _decide('linear', [('few rows', few_rows), ('prepacked', prepacked), ('F.linear', None)])
     if chosen == 'few rows':
         return native_few_rows.few_rows_linear(x, weight, bias, relu)
     if chosen == 'prepacked':
@@ -355,7 +360,7 @@ def residual_layer_norm(plan: Plan, residual: torch.Tensor, x: torch.Tensor, lay
     refusal = None
     if plan.impl == 'reference':
         refusal = "impl='reference'"
-    elif not native_kernels_enabled():
+    elif not plan.native:
         refusal = 'our kernels are disabled'
     elif not isinstance(layer_norm, nn.LayerNorm):
         refusal = f'a {type(layer_norm).__name__}: the kernel computes LayerNorm'
