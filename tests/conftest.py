@@ -1,4 +1,6 @@
 """Shared pytest fixtures."""
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -46,3 +48,27 @@ def hf_on_current_torch(monkeypatch):
         return self.to(dtype) if dtype is not None else type_as(self, other)
 
     monkeypatch.setattr(torch.Tensor, 'type_as', type_as_or_dtype)
+
+
+@pytest.fixture
+def count_kernel_calls(monkeypatch):
+    """`count_kernel_calls(wrapper, function, record)`: the list of `record(*args)` for every call of the compiled
+    kernel's `function` that `wrapper` (a module of `labml_txl.native`) reaches through its `checked_kernel`; the
+    kernel still runs."""
+    def wrap(wrapper, function, record):
+        calls = []
+        checked = wrapper.checked_kernel
+
+        def counting_checked_kernel(name, check):
+            module = checked(name, check)
+            if module is None:
+                return None
+
+            def counted(*args):
+                calls.append(record(*args))
+                return getattr(module, function)(*args)
+            return SimpleNamespace(**{function: counted})
+
+        monkeypatch.setattr(wrapper, 'checked_kernel', counting_checked_kernel)
+        return calls
+    return wrap

@@ -9,40 +9,16 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from labml_txl import dispatch, native
-from labml_txl.dispatch import Plan
+from labml_txl import native
 from labml_txl.native import few_rows_linear as module_under_test
+
+from dispatch_helpers import dispatched_linear
 
 
 @pytest.fixture
-def kernel_calls(monkeypatch):
-    """The rows of each of the kernel's calls (the module it returns wrapped)."""
-    calls = []
-    checked = module_under_test.checked_kernel
-
-    class Counting:
-        def __init__(self, module):
-            self.module = module
-
-        def few_rows_linear(self, *args):
-            calls.append(args[0].shape[0])
-            return self.module.few_rows_linear(*args)
-
-    def counting_checked_kernel(name, check):
-        module = checked(name, check)
-        return None if module is None else Counting(module)
-
-    monkeypatch.setattr(module_under_test, 'checked_kernel', counting_checked_kernel)
-    return calls
-
-
-def _linear(x, weight, bias=None, relu=False, impl='auto'):
-    """`dispatch.linear` in the caller's state, with the `Choice` it records."""
-    with dispatch.recording() as choices:
-        y = dispatch.linear(Plan.now(x.device, impl), x, weight, bias, relu)
-    (choice,) = choices
-    assert choice.operation == 'linear'
-    return y, choice
+def kernel_calls(count_kernel_calls):
+    """The rows of each of the kernel's calls."""
+    return count_kernel_calls(module_under_test, 'few_rows_linear', lambda x, *rest: x.shape[0])
 
 
 def _weights(out_features, in_features, seed=0):
@@ -72,7 +48,7 @@ def test_kernel_equals_the_exact_product(kernel_calls, rows, out_features, in_fe
     bias = bias if with_bias else None
     x = torch.randn(*rows, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        y, choice = _linear(x, weight, bias, relu)
+        y, choice = dispatched_linear(x, weight, bias, relu)
         expected = _exact(x, weight, bias, relu)
         f_linear = F.linear(x, weight, bias)
     assert choice.chosen == 'few rows', choice
@@ -89,7 +65,7 @@ def test_rows_that_are_not_contiguous_are_read_as_they_are(kernel_calls):
     weight, bias = _weights(24, 16)
     x = torch.randn(16, 3).t()  # three rows, not contiguous
     with torch.no_grad():
-        y, choice = _linear(x, weight, bias)
+        y, choice = dispatched_linear(x, weight, bias)
     assert choice.chosen == 'few rows' and kernel_calls == [3]
     torch.testing.assert_close(y, F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
 
@@ -99,10 +75,10 @@ def test_a_weight_changed_in_place_is_read_as_it_is_now(kernel_calls):
     weight, bias = _weights(16, 8)
     x = torch.randn(1, 8)
     with torch.no_grad():
-        first = _linear(x, weight, bias)[0]
+        first = dispatched_linear(x, weight, bias)[0]
         weight.mul_(2)
         bias.mul_(2)
-        torch.testing.assert_close(_linear(x, weight, bias)[0], 2 * first, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(dispatched_linear(x, weight, bias)[0], 2 * first, rtol=1e-6, atol=1e-6)
     assert kernel_calls == [1, 1]
 
 
@@ -110,7 +86,7 @@ def test_more_rows_than_the_kernel_takes_go_to_the_libraries(kernel_calls):
     weight, bias = _weights(16, 8)
     x = torch.randn(module_under_test.MOST_ROWS + 1, 8)
     with torch.no_grad():
-        y, choice = _linear(x, weight, bias)
+        y, choice = dispatched_linear(x, weight, bias)
     assert choice.chosen in ('prepacked', 'F.linear') and 'rows' in dict(choice.refused)['few rows'], choice
     assert kernel_calls == []
     torch.testing.assert_close(y, F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
@@ -126,7 +102,7 @@ def test_another_product_runs_where_the_kernel_does_not_serve(kernel_calls, case
     weight, bias = _weights(16, 8)
     x = torch.randn(1, 8)
     if case == 'grad':
-        y, choice = _linear(x, weight, bias)
+        y, choice = dispatched_linear(x, weight, bias)
         y.sum().backward()
         assert weight.grad is not None
         expected = F.linear(x, weight, bias)
@@ -137,7 +113,7 @@ def test_another_product_runs_where_the_kernel_does_not_serve(kernel_calls, case
             weight = torch.randn(8, 16).t()
         with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16, enabled=case == 'autocast'), \
                 native.disabled() if case == 'disabled' else contextlib.nullcontext():
-            y, choice = _linear(x, weight, bias, impl='reference' if case == 'reference' else 'auto')
+            y, choice = dispatched_linear(x, weight, bias, impl='reference' if case == 'reference' else 'auto')
             expected = F.linear(x, weight, bias)
     assert choice.chosen == 'F.linear' and REFUSALS[case] in dict(choice.refused)['few rows'], choice
     assert torch.equal(y, expected)
@@ -150,6 +126,6 @@ def test_a_weight_made_per_call_is_served_too(kernel_calls):
     joint, _ = _weights(24, 8)
     x = torch.randn(2, 8)
     with torch.no_grad():
-        y, choice = _linear(x, joint[8:])
+        y, choice = dispatched_linear(x, joint[8:])
     assert choice.chosen == 'few rows' and kernel_calls == [2]
     torch.testing.assert_close(y, F.linear(x, joint[8:]), rtol=1e-5, atol=1e-5)

@@ -12,6 +12,7 @@ from labml_txl import dispatch, native
 from labml_txl.dispatch import Plan
 from labml_txl.native import layer_norm as module_under_test
 
+from dispatch_helpers import one_choice
 from xl.helpers import plain_and_fast, small_config
 
 
@@ -25,34 +26,15 @@ def _layer_norm(d, seed=0, eps=1e-5):
 
 
 @pytest.fixture
-def kernel_calls(monkeypatch):
-    """Counts the kernel's calls (the module it returns wrapped)."""
-    calls = []
-    checked = module_under_test.checked_kernel
-
-    class Counting:
-        def __init__(self, module):
-            self.module = module
-
-        def residual_layer_norm(self, *args):
-            calls.append(args[0].shape)
-            return self.module.residual_layer_norm(*args)
-
-    def counting_checked_kernel(name, check):
-        module = checked(name, check)
-        return None if module is None else Counting(module)
-
-    monkeypatch.setattr(module_under_test, 'checked_kernel', counting_checked_kernel)
-    return calls
+def kernel_calls(count_kernel_calls):
+    """The shapes of the kernel's calls."""
+    return count_kernel_calls(module_under_test, 'residual_layer_norm', lambda x, *rest: x.shape)
 
 
 def _residual_layer_norm(residual, x, layer_norm, impl='auto'):
     """`dispatch.residual_layer_norm` in the caller's state, with the `Choice` it records."""
-    with dispatch.recording() as choices:
-        out = dispatch.residual_layer_norm(Plan.now(x.device, impl), residual, x, layer_norm)
-    (choice,) = choices
-    assert choice.operation == 'residual layer norm'
-    return out, choice
+    return one_choice('residual layer norm',
+                      lambda: dispatch.residual_layer_norm(Plan.now(x.device, impl), residual, x, layer_norm))
 
 
 # rows of features: the benchmark's, a single row, a short odd row, one feature

@@ -11,9 +11,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from labml_txl import dispatch, native, prepacked_linear
-from labml_txl.dispatch import Plan
+from labml_txl import native, prepacked_linear
 from labml_txl.native.few_rows_linear import MOST_ROWS
+
+from dispatch_helpers import dispatched_linear
 
 # More rows than the few-rows kernel takes
 ROWS = MOST_ROWS + 4
@@ -26,15 +27,6 @@ requires_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(),
 def _checked():
     """The first use checks oneDNN's ops once (one call of each): done here, before any test counts calls."""
     prepacked_linear.available()
-
-
-def _linear(x, weight, bias=None, relu=False, impl='auto'):
-    """`dispatch.linear` in the caller's state, with the `Choice` it records."""
-    with dispatch.recording() as choices:
-        y = dispatch.linear(Plan.now(x.device, impl), x, weight, bias, relu)
-    (choice,) = choices
-    assert choice.operation == 'linear'
-    return y, choice
 
 
 def _parameter(*shape, dtype=torch.float32):
@@ -52,7 +44,7 @@ def test_equals_f_linear_without_gradients(count_calls, shape, with_bias):
         x = torch.randn(5, ROWS, 32).transpose(0, 1)  # not contiguous
     calls = count_calls(torch.ops.mkldnn, ['_linear_pointwise'])
     with torch.no_grad():
-        y, choice = _linear(x, weight, bias)
+        y, choice = dispatched_linear(x, weight, bias)
         expected = F.linear(x, weight, bias)
     assert choice.chosen == 'prepacked' and [name for name, _ in choice.refused] == ['few rows'], choice
     assert calls == {'_linear_pointwise': 1}
@@ -65,12 +57,12 @@ def test_a_weight_changed_in_place_is_packed_again(count_calls):
     weight, x = _parameter(16, 8), torch.randn(ROWS, 8)
     calls = count_calls(torch.ops.mkldnn, ['_reorder_linear_weight'])
     with torch.no_grad():
-        first, choice = _linear(x, weight)
+        first, choice = dispatched_linear(x, weight)
         assert choice.chosen == 'prepacked'
-        assert torch.equal(_linear(x, weight)[0], first)
+        assert torch.equal(dispatched_linear(x, weight)[0], first)
         assert calls['_reorder_linear_weight'] == 1  # packed once for both calls
         weight.mul_(2)  # as an optimizer step does
-        torch.testing.assert_close(_linear(x, weight)[0], 2 * first, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(dispatched_linear(x, weight)[0], 2 * first, rtol=1e-6, atol=1e-6)
     assert calls['_reorder_linear_weight'] == 2
 
 
@@ -78,7 +70,7 @@ def test_a_weight_changed_in_place_is_packed_again(count_calls):
 def test_a_packed_weight_goes_with_its_weight():
     weight = _parameter(16, 8)
     with torch.no_grad():
-        assert _linear(torch.randn(ROWS, 8), weight)[1].chosen == 'prepacked'
+        assert dispatched_linear(torch.randn(ROWS, 8), weight)[1].chosen == 'prepacked'
     assert weight in prepacked_linear._kept
     gc.collect()  # entries of weights other tests left behind go first
     count = len(prepacked_linear._kept)
@@ -97,7 +89,7 @@ def test_f_linear_runs_where_the_packed_weights_must_not(count_calls, case):
     weight, bias, x = _parameter(16, 8), torch.randn(16), torch.randn(ROWS, 8)
     calls = count_calls(torch.ops.mkldnn, ['_linear_pointwise'])
     if case == 'grad':
-        y, choice = _linear(x, weight, bias)
+        y, choice = dispatched_linear(x, weight, bias)
         y.sum().backward()
         assert weight.grad is not None
         torch.testing.assert_close(y, F.linear(x, weight, bias), rtol=0, atol=0)
@@ -107,7 +99,7 @@ def test_f_linear_runs_where_the_packed_weights_must_not(count_calls, case):
         if case == 'weight-made-per-call':
             weight = weight.detach() * 1.0
         with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16, enabled=case == 'autocast'):
-            y, choice = _linear(x, weight, bias, impl='reference' if case == 'reference' else 'auto')
+            y, choice = dispatched_linear(x, weight, bias, impl='reference' if case == 'reference' else 'auto')
             assert torch.equal(y, F.linear(x, weight, bias))
     assert choice.chosen == 'F.linear' and REFUSALS[case] in dict(choice.refused)['prepacked'], choice
     assert calls == {}
@@ -120,7 +112,7 @@ def test_one_row_is_not_packed_where_the_few_rows_kernel_is_off(count_calls):
     weight, x = _parameter(48, 32), torch.randn(1, 32)
     calls = count_calls(torch.ops.mkldnn, ['_linear_pointwise'])
     with torch.no_grad(), native.disabled():
-        y, choice = _linear(x, weight)
+        y, choice = dispatched_linear(x, weight)
         assert torch.equal(y, F.linear(x, weight))
     assert choice.chosen == 'F.linear' and 'single row' in dict(choice.refused)['prepacked'], choice
     assert calls == {}
@@ -133,7 +125,7 @@ def test_relu_is_applied_by_the_product(count_calls, dtype):
     weight, bias, x = _parameter(48, 32, dtype=dtype), torch.randn(48, dtype=dtype), torch.randn(ROWS, 32, dtype=dtype)
     calls = count_calls(torch.ops.mkldnn, ['_linear_pointwise'])
     with torch.no_grad():
-        y, choice = _linear(x, weight, bias, relu=True)
+        y, choice = dispatched_linear(x, weight, bias, relu=True)
         expected = torch.relu(F.linear(x, weight, bias))
     assert (y == 0).any() and (y > 0).any()
     if dtype == torch.float32 and torch.backends.mkldnn.is_available():
