@@ -342,9 +342,11 @@ def linear(plan: Plan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[tor
     Shape:
         `x` `[..., in_features]`, `weight` `[out_features, in_features]`, `bias` `[out_features]` or None."""
     few_rows = _few_rows_refusal(plan, x, weight, bias)
-    # (oneDNN's reasons are looked at only where the kernel is refused)
-    prepacked = 'not tried' if few_rows is None else _prepacked_refusal(plan, x, weight)
-    chosen = _decide('linear', [('few rows', few_rows), ('prepacked', prepacked), ('F.linear', None)])
+    candidates = [('few rows', few_rows)]
+    if few_rows is not None:
+        # (oneDNN's reasons matter only where the kernel is refused)
+        candidates.append(('prepacked', _prepacked_refusal(plan, x, weight)))
+    chosen = _decide('linear', candidates + [('F.linear', None)])
     if chosen == 'few rows':
         return native_few_rows.few_rows_linear(x, weight, bias, relu)
     if chosen == 'prepacked':
