@@ -33,16 +33,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchmark import FULL, QUICK, BenchConfig, format_table, interleaved, make_xl  # noqa: E402
 from labml_txl.native import few_rows_linear as native_few_rows  # noqa: E402
-from labml_txl.native.build import checked_kernel  # noqa: E402
 from labml_txl.xl import MemTransformerLM  # noqa: E402
 
 
 def kernel_product() -> Callable:
-    """Our few-rows kernel's module function `(x [rows, in], weight, bias, relu)`, called with nothing around it."""
-    module = checked_kernel('few_rows_linear', native_few_rows._check)
-    if module is None:
+    """Our few-rows kernel, `(x, weight, bias, relu)`, as `dispatch.linear` calls it."""
+    if not native_few_rows.kernel_available():
         sys.exit('decode_step_floor: the few-rows kernel is not available here (see the warning above)')
-    return module.few_rows_linear
+    return native_few_rows.few_rows_linear
 
 
 def opaque_product(product: Callable) -> Callable:
