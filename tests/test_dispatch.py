@@ -393,23 +393,28 @@ def test_impl_is_checked_with_a_message_naming_what_is_accepted():
         model.impl = True
 
 
+# Positions of the segment (batch 3) and what `impl='auto'` multiplies its rows by: 15 rows by the few-rows kernel,
+# 21 by oneDNN's packed product
+SEGMENTS = [(5, 'few rows'), (7, 'prepacked')]
+
+
 @pytest.mark.parametrize('attn_type', [0, 1, 2])
-def test_the_models_impl_chooses_the_reference_everywhere(attn_type):
+@pytest.mark.parametrize('qlen, product', SEGMENTS)
+def test_the_models_impl_chooses_the_reference_everywhere(attn_type, qlen, product):
     """`impl='reference'` runs the reference attention, `F.linear` and PyTorch's layer norm in every layer; the
     losses equal `impl='auto'`'s to float rounding."""
     torch.manual_seed(0)
     model = MemTransformerLM(**small_config(attn_type=attn_type)).eval()
-    data = torch.randint(40, (6, 3))
+    data = torch.randint(40, (qlen + 1, 3))
     losses, chosen = {}, {}
     for impl in ('auto', 'reference'):
         model.impl = impl
         with torch.no_grad(), dispatch.recording() as choices:
-            losses[impl] = model(data[:5], data[1:])[0]
+            losses[impl] = model(data[:-1], data[1:])[0]
         chosen[impl] = {(c.operation, c.chosen) for c in choices if c.operation != 'dropout'}
     assert chosen['reference'] == {('attention', 'reference'), ('linear', 'F.linear'),
                                    ('residual layer norm', 'PyTorch')}
-    # (15 rows a product: the few-rows kernel's)
-    assert ('attention', 'reference') not in chosen['auto'] and ('linear', 'few rows') in chosen['auto']
+    assert ('attention', 'reference') not in chosen['auto'] and ('linear', product) in chosen['auto']
     torch.testing.assert_close(losses['auto'], losses['reference'], rtol=1e-5, atol=1e-5)
 
 
