@@ -320,8 +320,8 @@ CPU_ONLY = {
     WITHOUT_KERNELS: 'our C++ kernels run on the CPU only (the fast path on CUDA never uses them)',
     'products alone': "it times oneDNN's prepacked products and our attention kernel, which run on the CPU only",
     'oneDNN': "oneDNN's prepacked linear serves the CPU only: the FLOP/s share is of torch.mm (cuBLAS) alone",
-    'memory': 'peak memory is read from /proc/self/status (the resident set of a CPU process), not the GPU',
-    'few rows': 'our few-rows kernel and oneDNN serve the CPU only',
+    "a step's products": 'our few-rows kernel and oneDNN serve the CPU only',
+    'eval peak memory': 'peak memory is read from /proc/self/status (the resident set of a CPU process), not the GPU',
 }
 
 
@@ -359,7 +359,7 @@ def measure_speed(cfg: BenchConfig, compile_model: bool = True, labml_nn: bool =
     product in float32 and bf16, interleaved: the eager contenders and the products in one group, then (with
     `compile_model`) the fast path against itself compiled in a second group, so that compilation and its worker
     processes never overlap the first group's rounds. On CUDA the CPU-only contenders (`CPU_ONLY`) are left out.
-    `notes` (if given) gets a line for each peer and each contender left out.
+    `notes` (if given) gets a line for each peer, and one where oneDNN's products are not usable.
     """
     notes = [] if notes is None else notes
     cpu = device == 'cpu'
@@ -371,9 +371,6 @@ def measure_speed(cfg: BenchConfig, compile_model: bool = True, labml_nn: bool =
         contenders.update(build_peers(cfg, device, notes))
     if cpu and not prepacked_linear.available():
         notes.append("oneDNN's prepacked linear is not usable in this PyTorch: the FLOP/s share is of torch.mm alone")
-    if not cpu:
-        notes += [f'{name}: not measured on {device}: {why}' for name, why in CPU_ONLY.items()
-                  if name not in ('memory', 'few rows')]
     results = {}
     for train in (True, False):
         mode = 'train' if train else 'eval'
@@ -718,8 +715,7 @@ def run(cfg: BenchConfig, lengths: List[int], mem_lens: List[int], compile_model
                          "AVX-NE-CONVERT: torch.ops.mkldnn._is_mkldnn_bf16_supported() is False), so bf16 matmuls run "
                          "its portable kernel (the row 'bf16 product vs float32')")
     else:
-        notes += [f"{what}: not measured on {device}: {CPU_ONLY[name]}"
-                  for name, what in (('few rows', "a step's products"), ('memory', 'eval peak memory'))]
+        notes += [f'{name}: not measured on {device}: {why}' for name, why in CPU_ONLY.items()]
     out = [format_table(rows)]
     if device == 'cpu':
         out.append(format_table(target_rows(speed, cfg),

@@ -91,4 +91,3 @@ def prepacked_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
     y = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]).contiguous(), packed, bias,
                                            'relu' if relu else 'none', [], '')
     return y.view(*x.shape[:-1], weight.shape[0])
-
