@@ -40,6 +40,11 @@ class KeysValues:
     memory: Optional[torch.Tensor]
     segment: torch.Tensor
 
+    @property
+    def klen(self) -> int:
+        """How many keys: the memory's and the segment's."""
+        return self.segment.shape[3] + (0 if self.memory is None else self.memory.shape[3])
+
     def attend_arguments(self) -> dict:
         """The keys and values as `dispatch.attend` takes them: the segment's, and the memory's apart."""
         k, values = self.segment.unbind(0)
@@ -86,7 +91,7 @@ class XLAttentionBase(nn.Module):
         self.original_numerics = original_numerics
 
     def _project(self, plan: Plan, qkv_weight: torch.Tensor, w: torch.Tensor, mems: Optional[torch.Tensor],
-                 mems_kv: Optional[torch.Tensor], raw_queries: bool = False) -> Tuple[torch.Tensor, KeysValues]:
+                 mems_kv: Optional[torch.Tensor]) -> Tuple[torch.Tensor, KeysValues]:
         """Head-major queries of the segment `[bsz, n_head, qlen, d_head]` and the keys and values of memory and
         segment (views of their projections): $[W_q; W_k; W_v] w$ of the segment and $[W_k; W_v] m$ of the memory,
         unless `mems_kv` holds those already. The reference projects as the original: $[W_q; W_k; W_v]$ of
@@ -95,23 +100,23 @@ class XLAttentionBase(nn.Module):
         hd = self.n_head * self.d_head
         if plan.impl == 'reference' and mems is not None and mems.shape[0] > 0:
             mlen, cat = mems.shape[0], torch.cat([mems, w], 0)
-            q, kv = self._project_normalised(plan, qkv_weight, cat, raw_queries)
+            q, kv = self._project_normalised(plan, qkv_weight, cat)
             kv = self._kv_heads(kv)
             return split_heads(q[mlen:], self.n_head), KeysValues(kv[:, :, :, :mlen], kv[:, :, :, mlen:])
-        q, kv = self._project_normalised(plan, qkv_weight, w, raw_queries)
+        q, kv = self._project_normalised(plan, qkv_weight, w)
         kv_memory = mems_kv
         if kv_memory is None and mems is not None and mems.shape[0] > 0:
             kv_memory = self._kv_heads(dispatch.linear(plan, self.layer_norm(mems) if self.pre_lnorm else mems,
                                                        qkv_weight[hd:]))
         return split_heads(q, self.n_head), KeysValues(kv_memory, self._kv_heads(kv))
 
-    def _project_normalised(self, plan: Plan, qkv_weight: torch.Tensor, x: torch.Tensor,
-                            raw_queries: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    def _project_normalised(self, plan: Plan, qkv_weight: torch.Tensor,
+                            x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """$W_q x$ and $[W_k; W_v] x$ `[len, bsz, .]` of `x`, layer-normalised first with `pre_lnorm` (the queries
         not, with `raw_queries`)."""
         hd = self.n_head * self.d_head
         normalised = self.layer_norm(x) if self.pre_lnorm else x
-        if raw_queries and self.pre_lnorm:
+        if self.raw_queries and self.pre_lnorm:
             return dispatch.linear(plan, x, qkv_weight[:hd]), dispatch.linear(plan, normalised, qkv_weight[hd:])
         # (`split` rather than slices: its backward pass concatenates, with no zero-filled gradient)
         return dispatch.linear(plan, normalised, qkv_weight).split([hd, 2 * hd], dim=-1)
@@ -132,6 +137,30 @@ class XLAttentionBase(nn.Module):
     def _kv_heads(self, kv: torch.Tensor) -> torch.Tensor:
         """$[W_k; W_v] x$ `[len, bsz, 2 * n_head * d_head]` as `[2, bsz, n_head, len, d_head]`, a view."""
         return split_heads(kv, 2 * self.n_head).unflatten(1, (2, self.n_head)).transpose(0, 1)
+
+    # Whether the queries read the input before the pre-LN normalisation (the original's absolute attention)
+    raw_queries = False
+    # Whether the scaled scores are rounded to float32 before the softmax (type 0's `original_numerics`)
+    rounds_scores_to_float32 = False
+
+    def projection_weights(self) -> Tuple[torch.Tensor, ...]:
+        """The matrices that hold $W_q$, $W_k$, $W_v$, in that order (one joint matrix, or $W_q$ and $[W_k; W_v]$)."""
+        raise NotImplementedError
+
+    def position_terms(self, plan: Plan, qlen: int, klen: int, like: torch.Tensor,
+                       *position_args: torch.Tensor) -> Optional[RelativeTerms]:
+        """What the variant adds to $q_i^\top k_j$ for `qlen` queries that are the last of `klen` key positions, in
+        the dtype and on the device of `like`, from the position arguments its `forward` takes; None: nothing."""
+        return None
+
+    def _attend(self, plan: Plan, q: torch.Tensor, kv: KeysValues, terms: Optional[RelativeTerms],
+                attn_mask: Optional[torch.Tensor]) -> torch.Tensor:
+        """The heads' outputs `[qlen, bsz, n_head * d_head]` for the queries and the keys and values, by whichever
+        implementation `dispatch.attend` picks."""
+        attn_vec, _ = dispatch.attend(plan, q, **kv.attend_arguments(), scale=self.scale, masked=attn_mask,
+                                      terms=terms, get_scores=dispatch.score_hook(self, terms=terms),
+                                      dropout=self.dropatt, round_scores_to_float32=self.rounds_scores_to_float32)
+        return attn_vec
 
     def _output(self, plan: Plan, w: torch.Tensor, attn_vec: torch.Tensor) -> torch.Tensor:
         """The output projection, dropout and the residual connection with layer normalisation."""

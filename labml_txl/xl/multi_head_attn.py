@@ -15,7 +15,6 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import nn
 
-from .. import dispatch
 from ..dispatch import Plan
 from ..relative_attention import RelativeTerms
 from .attention_base import KeysValues, XLAttentionBase
@@ -41,6 +40,13 @@ class MultiHeadAttn(XLAttentionBase):
         # $W_k$ and $W_v$ in one matrix
         self.kv_net = nn.Linear(d_model, 2 * n_head * d_head, bias=False)
 
+    @property
+    def raw_queries(self) -> bool:
+        return self.original_numerics
+
+    def projection_weights(self) -> Tuple[torch.Tensor, ...]:
+        return self.q_net.weight, self.kv_net.weight
+
     def position_terms(self, plan: Plan, qlen: int, klen: int, like: torch.Tensor) -> Optional[RelativeTerms]:
         """What a positional scheme on this attention adds to $q_i^\top k_j$ (`position_scheme_attn.py`), for `qlen`
         queries that are the last of `klen` key positions, in the dtype and on the device of `like`; None here (the
@@ -52,13 +58,8 @@ class MultiHeadAttn(XLAttentionBase):
                 return_kv: bool = False) -> Union[torch.Tensor, Tuple[torch.Tensor, KeysValues]]:
         plan = Plan.now(h.device) if plan is None else plan
         # $[W_q; W_k; W_v]$ as one product of the segment
-        q, kv = self._project(plan, torch.cat([self.q_net.weight, self.kv_net.weight]), h, mems, mems_kv,
-                              raw_queries=self.original_numerics)
-        klen = kv.segment.shape[3] + (0 if kv.memory is None else kv.memory.shape[3])
-        terms = self.position_terms(plan, q.shape[2], klen, q)
+        q, kv = self._project(plan, torch.cat(self.projection_weights()), h, mems, mems_kv)
         # $A_{i,j} = q_i^\top k_j$, with the position terms of a scheme
-        attn_vec, _ = dispatch.attend(plan, q, **kv.attend_arguments(), scale=self.scale, masked=attn_mask,
-                                      terms=terms, get_scores=dispatch.score_hook(self, terms=terms),
-                                      dropout=self.dropatt)
-        out = self._output(plan, h, attn_vec)
+        terms = self.position_terms(plan, q.shape[2], kv.klen, q)
+        out = self._output(plan, h, self._attend(plan, q, kv, terms, attn_mask))
         return (out, kv) if return_kv else out

@@ -16,7 +16,6 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import nn
 
-from .. import dispatch
 from ..dispatch import Plan
 from ..relative_attention import RelativeTerms
 from .attention_base import KeysValues, XLAttentionBase
@@ -48,18 +47,21 @@ class RelLearnableMultiHeadAttn(XLAttentionBase):
         # $W_q$, $W_{k}$ and $W_v$ in one matrix
         self.qkv_net = nn.Linear(d_model, 3 * n_head * d_head, bias=False)
 
+    def projection_weights(self) -> Tuple[torch.Tensor, ...]:
+        return (self.qkv_net.weight,)
+
+    def position_terms(self, plan: Plan, qlen: int, klen: int, like: torch.Tensor, r_emb: torch.Tensor,
+                       r_w_bias: torch.Tensor, r_bias: torch.Tensor) -> RelativeTerms:
+        """$e_s$ and $b_s$ for the distances `klen - 1 .. 0`, with $u$: $(q_i + u)^\top k_j + q_i^\top e_s + b_s$."""
+        return RelativeTerms(last_rows(r_emb, klen).transpose(0, 1), content_bias=r_w_bias,
+                             entry_bias=last_rows(r_bias, klen).transpose(0, 1))
+
     def forward(self, w: torch.Tensor, r_emb: torch.Tensor, r_w_bias: torch.Tensor, r_bias: torch.Tensor,
                 attn_mask: Optional[torch.Tensor] = None, mems: Optional[torch.Tensor] = None,
                 mems_kv: Optional[torch.Tensor] = None, *, plan: Optional[Plan] = None,
                 return_kv: bool = False) -> Union[torch.Tensor, Tuple[torch.Tensor, KeysValues]]:
         plan = Plan.now(w.device) if plan is None else plan
         q, kv = self._project(plan, self.qkv_net.weight, w, mems, mems_kv)
-        klen = kv.segment.shape[3] + (0 if kv.memory is None else kv.memory.shape[3])
-        # $e_s$ and $b_s$ for the distances `klen - 1 .. 0`: $(q_i + u)^\top k_j + q_i^\top e_s + b_s$
-        terms = RelativeTerms(last_rows(r_emb, klen).transpose(0, 1), content_bias=r_w_bias,
-                              entry_bias=last_rows(r_bias, klen).transpose(0, 1))
-        attn_vec, _ = dispatch.attend(plan, q, **kv.attend_arguments(), scale=self.scale, masked=attn_mask, terms=terms,
-                                      get_scores=dispatch.score_hook(self, terms=terms),
-                                      dropout=self.dropatt)
-        out = self._output(plan, w, attn_vec)
+        terms = self.position_terms(plan, q.shape[2], kv.klen, q, r_emb, r_w_bias, r_bias)
+        out = self._output(plan, w, self._attend(plan, q, kv, terms, attn_mask))
         return (out, kv) if return_kv else out

@@ -15,7 +15,6 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import nn
 
-from .. import dispatch
 from ..dispatch import Plan
 from ..parameter_versions import track_fused_optimizer_steps
 from ..relative_attention import RelativeTerms
@@ -74,22 +73,32 @@ class RelPartialLearnableMultiHeadAttn(XLAttentionBase):
             self._table_memo = memo = (r, r._version, weight, weight._version, project())
         return memo[4]
 
-    def forward(self, w: torch.Tensor, r: torch.Tensor, r_w_bias: Optional[torch.Tensor] = None,
-                r_r_bias: Optional[torch.Tensor] = None, attn_mask: Optional[torch.Tensor] = None,
-                mems: Optional[torch.Tensor] = None, mems_kv: Optional[torch.Tensor] = None, *,
-                plan: Optional[Plan] = None,
-                return_kv: bool = False) -> Union[torch.Tensor, Tuple[torch.Tensor, KeysValues]]:
+    @property
+    def rounds_scores_to_float32(self) -> bool:
+        return self.original_numerics
+
+    def projection_weights(self) -> Tuple[torch.Tensor, ...]:
+        return (self.qkv_net.weight,)
+
+    def position_terms(self, plan: Plan, qlen: int, klen: int, like: torch.Tensor, r: torch.Tensor,
+                       r_w_bias: Optional[torch.Tensor] = None,
+                       r_r_bias: Optional[torch.Tensor] = None) -> RelativeTerms:
+        """$W_{k,R} R$ with $u$ and $v$: this layer's own with `untie_r`, else the model's shared ones given."""
         if self.untie_r:
             r_w_bias, r_r_bias = self.r_w_bias, self.r_r_bias
         elif r_w_bias is None or r_r_bias is None:
             raise ValueError("r_w_bias and r_r_bias are required: this layer was built with untie_r=False, "
                              "so the model passes its shared biases u and v")
+        # $A^{rel}_{i,j} = (q_i + u)^\top k_j + (q_i + v)^\top W_{k,R} R_{i-j}$
+        return RelativeTerms(self._projected_table(plan, r), content_bias=r_w_bias, position_bias=r_r_bias)
+
+    def forward(self, w: torch.Tensor, r: torch.Tensor, r_w_bias: Optional[torch.Tensor] = None,
+                r_r_bias: Optional[torch.Tensor] = None, attn_mask: Optional[torch.Tensor] = None,
+                mems: Optional[torch.Tensor] = None, mems_kv: Optional[torch.Tensor] = None, *,
+                plan: Optional[Plan] = None,
+                return_kv: bool = False) -> Union[torch.Tensor, Tuple[torch.Tensor, KeysValues]]:
         plan = Plan.now(w.device) if plan is None else plan
         q, kv = self._project(plan, self.qkv_net.weight, w, mems, mems_kv)
-        # $A^{rel}_{i,j} = (q_i + u)^\top k_j + (q_i + v)^\top W_{k,R} R_{i-j}$
-        terms = RelativeTerms(self._projected_table(plan, r), content_bias=r_w_bias, position_bias=r_r_bias)
-        attn_vec, _ = dispatch.attend(plan, q, **kv.attend_arguments(), scale=self.scale, masked=attn_mask, terms=terms,
-                                      get_scores=dispatch.score_hook(self, terms=terms),
-                                      dropout=self.dropatt, round_scores_to_float32=self.original_numerics)
-        out = self._output(plan, w, attn_vec)
+        terms = self.position_terms(plan, q.shape[2], kv.klen, q, r, r_w_bias, r_r_bias)
+        out = self._output(plan, w, self._attend(plan, q, kv, terms, attn_mask))
         return (out, kv) if return_kv else out
