@@ -37,6 +37,7 @@ from .attention_heads import composite_attention, rotate_heads, sdpa_attention
 from .attention_mask import decoder_key_window, heads_mask
 from .errors import require_one_of
 from .native import attention as native_attention
+from .native import decoder_layer as native_decoder_layer
 from .native import dropout as native_dropout
 from .native import few_rows_linear as native_few_rows
 from .native import layer_norm as native_layer_norm
@@ -288,13 +289,15 @@ def _reference(q, k, values, scale, masked, terms, get_scores, dropout, need_wei
 
 # -- linear layers, layer norm, dropout --
 
-def _inference_refusal(plan: Plan, x: torch.Tensor, weight: torch.Tensor) -> Optional[str]:
-    """Why a product without backward, for float32 inference on the CPU, may not run this call, or None."""
+def _inference_refusal(plan: Plan, x: Optional[torch.Tensor] = None,
+                       weight: Optional[torch.Tensor] = None) -> Optional[str]:
+    """Why a path without backward, for float32 inference on the CPU, may not run this call (with these input and
+    weight where given), or None."""
     if plan.impl == 'reference':
         return "impl='reference'"
     if plan.grad:
         return 'gradients are recorded (it has no backward)'
-    if plan.device_type != 'cpu' or x.dtype != torch.float32 or weight.dtype != torch.float32:
+    if plan.device_type != 'cpu' or any(t is not None and t.dtype != torch.float32 for t in (x, weight)):
         return 'it serves float32 on the CPU'
     if plan.autocast is not None or plan.compiling:
         return 'under autocast or torch.compile'
@@ -353,6 +356,31 @@ def linear(plan: Plan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[tor
         return prepacked_linear.prepacked_linear(x, weight, bias, relu)
     y = F.linear(x, weight, bias)
     return torch.relu_(y) if relu else y
+
+
+def attention_kernel_refusal(plan: Plan, x: torch.Tensor, klen: int, terms: Optional[RelativeTerms],
+                             window: Optional[int]) -> Optional[str]:
+    """Why our attention kernel may not compute an attention of these `terms` over `klen` keys, each query seeing
+    `window` (None: not a decoder's window), on inputs like `x`, or None (for the fused step, which has no weights to
+    keep and no dropout on them)."""
+    return _kernel_refusal(plan, x, klen, terms, window, [x] + ([] if terms is None else terms.tensors()))
+
+
+def decoder_layer(plan: Plan, rows: int, fused_refusal: Callable[[], Optional[str]]) -> str:
+    """How a Transformer-XL layer runs `rows` rows (`qlen * bsz`): `'fused'` (`xl/fused_step.py`: only the calls to
+    our kernels, the products by the few-rows one, chosen here once for the layer) or `'modules'` (the layer's
+    modules, each operation chosen by this module as it comes). `fused_refusal()` says why the fused step cannot
+    take this layer, its attention, memory or weights; it is asked only where nothing of the run refuses first."""
+    fused = _inference_refusal(plan)
+    if fused is None and not plan.native:
+        fused = 'our kernels are disabled'
+    if fused is None and not 1 <= rows <= native_few_rows.MOST_ROWS:
+        fused = f'{rows} rows: its products are for 1 to {native_few_rows.MOST_ROWS} (generation\'s steps)'
+    if fused is None and not native_decoder_layer.kernel_available():
+        fused = 'the decoder-layer kernel could not be built, or failed its first check'
+    if fused is None:
+        fused = fused_refusal()
+    return _decide('decoder layer', [('fused', fused), ('modules', None)])
 
 
 def residual_layer_norm(plan: Plan, residual: torch.Tensor, x: torch.Tensor, layer_norm: nn.LayerNorm) -> torch.Tensor:

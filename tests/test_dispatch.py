@@ -393,8 +393,9 @@ def test_impl_is_checked_with_a_message_naming_what_is_accepted():
         model.impl = True
 
 
-# Positions of the segment (batch 3) and what `impl='auto'` multiplies its rows by: 15 rows by the few-rows kernel,
-# 21 by oneDNN's packed product
+# Positions of the segment (batch 3) and what `impl='auto'` multiplies its rows by: 15 rows by the few-rows kernel
+# (the layers of types 0 and 1 in the fused decoder layer, the others' and the softmax's by `dispatch.linear`), 21 by
+# oneDNN's packed product
 SEGMENTS = [(5, 'few rows'), (7, 'prepacked')]
 
 
@@ -413,8 +414,10 @@ def test_the_models_impl_chooses_the_reference_everywhere(attn_type, qlen, produ
             losses[impl] = model(data[:-1], data[1:])[0]
         chosen[impl] = {(c.operation, c.chosen) for c in choices if c.operation != 'dropout'}
     assert chosen['reference'] == {('attention', 'reference'), ('linear', 'F.linear'),
-                                   ('residual layer norm', 'PyTorch')}
+                                   ('residual layer norm', 'PyTorch'), ('decoder layer', 'modules')}
     assert ('attention', 'reference') not in chosen['auto'] and ('linear', product) in chosen['auto']
+    fused = product == 'few rows' and attn_type in (0, 1)
+    assert ('decoder layer', 'fused' if fused else 'modules') in chosen['auto']
     torch.testing.assert_close(losses['auto'], losses['reference'], rtol=1e-5, atol=1e-5)
 
 

@@ -450,26 +450,32 @@ def test_impl_reference_makes_every_choice_the_specification(attn_type, grad):
             _segments(model, data, n=2, grad=grad, seed=3)
         recorded.append(choices)
     reference, auto = recorded
-    specification = {'attention': 'reference', 'linear': 'F.linear', 'residual layer norm': 'PyTorch'}
+    specification = {'attention': 'reference', 'linear': 'F.linear', 'residual layer norm': 'PyTorch',
+                     'decoder layer': 'modules'}
     assert {c.operation for c in reference} == set(specification) | {'dropout'}
     for operation, chosen in specification.items():
         assert set(_chosen(reference, operation)) == {chosen}, operation
         for choice in reference:
             if choice.operation == operation:
                 assert all("impl='reference'" in reason for _, reason in choice.refused), str(choice)
-        if operation != 'linear':
+    # Without gradients the layers of types 0 and 1 (these segments are a few rows, and their memories' keys and
+    # values are kept) run as one call each, the decoder-layer kernel; everything else chooses each operation as
+    # the reference does
+    fused = not grad and attn_type in (0, 1)
+    assert set(_chosen(auto, 'decoder layer')) == {'fused' if fused else 'modules'}
+    if not fused:
+        for operation in ('attention', 'residual layer norm'):
             assert len(_chosen(auto, operation)) == len(_chosen(reference, operation)), operation
-    # The reference projects `[memory, segment]` in one product per layer, as the original; `auto` projects the
-    # memory's keys and values apart (2 segments, the second with a memory, 2 layers), except where it kept them
-    # from the segment before (no gradients, attention types 0 and 1)
-    kept = not grad and attn_type in (0, 1)
-    assert len(_chosen(auto, 'linear')) == len(_chosen(reference, 'linear')) + (0 if kept else 2)
+        # The reference projects `[memory, segment]` in one product per layer, as the original; `auto` projects the
+        # memory's keys and values apart (2 segments, the second with a memory, 2 layers)
+        assert len(_chosen(auto, 'linear')) == len(_chosen(reference, 'linear')) + 2
     assert _masks_drawn(reference) == _masks_drawn(auto)
     assert 'reference' not in _chosen(auto)
     if not grad:
         # (with gradients none serves: our kernels and the packed product are for inference; these segments are
-        # short enough for the few-rows kernel)
-        assert 'few rows' in _chosen(auto, 'linear') and 'kernel' in _chosen(auto, 'residual layer norm')
+        # short enough for the few-rows kernel, which the adaptive softmax's products take)
+        assert 'few rows' in _chosen(auto, 'linear')
+        assert fused or 'kernel' in _chosen(auto, 'residual layer norm')
 
 
 # -- cached positions and masks --
@@ -537,9 +543,9 @@ def test_cached_positions_see_loaded_frequencies():
 def test_model_evaluation_takes_the_causal_kernel_else_sdpa(kernel):
     """Without `same_length`, every evaluation segment's mask is the decoder's causal mask: our kernel runs each
     layer's attention, or, where our kernels are disabled, SDPA with the position terms as its bias; the reference
-    runs neither."""
+    runs neither. (Segments of 20 rows: more than the fused decoder layer takes, so each attention is chosen.)"""
     plain, fast = _pair()
-    data = torch.randint(40, (16, 3))
+    data = torch.randint(40, (16, 4))
     for model in (plain, fast):
         model.eval()
     with dispatch.recording() as plain_choices:

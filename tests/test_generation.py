@@ -35,8 +35,8 @@ def test_greedy_generation_equals_recomputing_the_whole_sequence(attention):
 @pytest.mark.parametrize('batch', [2, 1])
 @pytest.mark.parametrize('attn_type', [0, 1, 2, 3, 4, 5, 6])
 def test_greedy_generation_equals_the_plain_paths(attn_type, batch):
-    """The fast path (the attention kernel's one-query path where it serves, the memories and kept keys and values
-    in append buffers) against the plain one (`impl='reference'`: the memory joined and projected anew at every
+    """The fast path (the decoder-layer kernel where it serves, else the modules with their fast paths; the
+    memories and kept keys and values in append buffers) against the plain one (`impl='reference'`: the memory joined and projected anew at every
     step), token for token, in float32, batch 2 and batch 1 (whose steps' products have a row per sequence, for our
     few-rows kernel): a context of 12 longer than the prompt of 3, and 42 tokens, the last 33 over a full memory that
     moves through several buffers (room for 12 // 4 rows after each window)."""
@@ -54,9 +54,14 @@ def test_greedy_generation_equals_the_plain_paths(attn_type, batch):
         fast_tokens = generate(fast, prompt, 42, top_k=1, context=12)
     plain_tokens = generate(plain, prompt, 42, top_k=1, context=12)
     assert torch.equal(fast_tokens, plain_tokens)
+    layers = {c.chosen for c in choices if c.operation == 'decoder layer'}
     attention = {c.chosen for c in choices if c.operation == 'attention'}
-    # (the kernel computes the types with a relative table; SDPA the others)
-    assert attention == ({'kernel'} if attn_type in (0, 1) else {'sdpa'})
+    # (the types with a relative table step through the decoder-layer kernel, whose attention is the attention
+    # kernel's; the others through their modules, with SDPA)
+    if attn_type in (0, 1):
+        assert layers == {'fused'} and attention == set()
+    else:
+        assert layers == {'modules'} and attention == {'sdpa'}
     # (a row per sequence: the few-rows kernel's)
     assert 'few rows' in {c.chosen for c in choices if c.operation == 'linear'}
 

@@ -405,10 +405,11 @@ def test_kernel_serves_only_float32_cpu_under_a_window_mask():
                          ids=lambda c: '-'.join(f'{k}={v}' for k, v in c.items()))
 def test_model_evaluation_through_the_kernel_equals_the_plain_path(overrides):
     """Both relative attention types in evaluation, with and without `same_length`: each layer's attention runs in
-    the kernel, and losses and memories match the plain path over segments that carry memories."""
+    the kernel, and losses and memories match the plain path over segments that carry memories (of 20 rows: more
+    than the fused decoder layer takes, so each attention is chosen)."""
     config = small_config(**overrides)
     plain, fast = (model.eval() for model in plain_and_fast(**overrides))
-    data = torch.randint(40, (16, 3))
+    data = torch.randint(40, (16, 4))
     plain_mems, fast_mems = [], []
     plain_choices, fast_choices = [], []
     with torch.no_grad():
@@ -464,7 +465,8 @@ def test_disabled_block_runs_the_pytorch_path_and_ends_with_it():
     causal = _original_mask(5, 3)
     torch.manual_seed(0)
     model = MemTransformerLM(**small_config()).eval()
-    data = torch.randint(40, (6, 2))
+    # (20 rows: more than the fused decoder layer takes, so each attention is chosen)
+    data = torch.randint(40, (6, 4))
     with torch.no_grad():
         with native.disabled():
             assert 'disabled' in _kernel_refusal(_decision(q, k, values, table, None, b, masked=causal)[0])

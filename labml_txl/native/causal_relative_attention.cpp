@@ -586,6 +586,8 @@ std::vector<torch::Tensor> causal_relative_attention_backward(
   return {grad_q, grad_k, grad_v, grad_table, grad_content, grad_position, grad_entry};
 }
 
+// (a kernel that includes this file to call it defines LABML_TXL_INCLUDED and binds its own module)
+#ifndef LABML_TXL_INCLUDED
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("causal_relative_attention", &causal_relative_attention,
         "Causal relative attention of Transformer-XL, float32, no gradients");
@@ -594,3 +596,4 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("causal_relative_attention_backward", &causal_relative_attention_backward,
         "The backward pass of causal_relative_attention_forward");
 }
+#endif

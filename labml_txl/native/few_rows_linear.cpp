@@ -86,6 +86,9 @@ torch::Tensor few_rows_linear(const torch::Tensor &x, const torch::Tensor &weigh
   return y;
 }
 
+// (a kernel that includes this file to call it defines LABML_TXL_INCLUDED and binds its own module)
+#ifndef LABML_TXL_INCLUDED
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("few_rows_linear", &few_rows_linear, "x W^T + b (ReLU optional) for a few rows, float32, no gradients");
 }
+#endif

@@ -4,12 +4,13 @@ r"""
 A kernel is compiled once per machine and kind of build, whichever checkout or environment asks for it:
 
 * **Keyed by what was compiled.** A build's module name is `labml_txl_{kernel}_{key}`, where the key hashes the
-  source's bytes, the compiler and linker flags (the defines of a variant among them), the CPU's kind and feature
-  flags and the versions of PyTorch and Python. Two checkouts with the same source share one build, wherever they
-  lie and whatever their files' times; a changed source or flag gets a build of its own, and a cache shared by
-  different machines holds one build per kind of CPU rather than one that crashes on the others.
+  source's bytes and those of the files beside it that it includes (`#include "other.cpp"`), the compiler and
+  linker flags (the defines of a variant among them), the CPU's kind and feature flags and the versions of
+  PyTorch and Python. Two checkouts with the same source share one build, wherever they lie and whatever their
+  files' times; a changed source or flag gets a build of its own, and a cache shared by different machines holds
+  one build per kind of CPU rather than one that crashes on the others.
 * **Complete or absent.** A build runs in a folder of its own process (`{module}.build-{pid}`), on a copy of the
-  bytes that were hashed, and only its finished library is moved into `{module}/{module}.so`, by an atomic rename.
+  files that were hashed, and only its finished library is moved into `{module}/{module}.so`, by an atomic rename.
   A later process that finds that file imports it at once: no compiler, no ninja, no lock.
 * **Locks that die with their process.** While it builds, a process holds the lock `{module}.lock`
   (`labml_txl.file_lock`: an `flock`, released by the operating system when the process ends in any way), so no
@@ -26,12 +27,13 @@ import hashlib
 import importlib.util
 import os
 import platform
+import re
 import shutil
 import sys
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Dict, Iterator, Sequence
 
 import torch
 
@@ -64,6 +66,22 @@ def module_name(kernel: str, source: bytes, cflags: Sequence[str], ldflags: Sequ
     return f'labml_txl_{kernel}_{hashlib.sha256(described).hexdigest()[:16]}'
 
 
+_LOCAL_INCLUDE = re.compile(rb'^\s*#\s*include\s+"([^"/]+)"', re.MULTILINE)
+
+
+def source_files(source: Path) -> Dict[str, bytes]:
+    """`source` and the files beside it that it includes (`#include "name"`, and what they include in turn), by name,
+    `source` first: what a build compiles."""
+    files: Dict[str, bytes] = {}
+    pending = [source.name]
+    while pending:
+        name = pending.pop(0)
+        if name not in files:
+            files[name] = (source.parent / name).read_bytes()
+            pending += [included.decode() for included in _LOCAL_INCLUDE.findall(files[name])]
+    return files
+
+
 def cached_or_built(kernel: str, source: Path, cflags: Sequence[str], ldflags: Sequence[str],
                     compile_in: Callable[[str, Path, Path], ModuleType]) -> ModuleType:
     """
@@ -71,7 +89,10 @@ def cached_or_built(kernel: str, source: Path, cflags: Sequence[str], ldflags: S
     else compiled by `compile_in(name, source_copy, build_folder)` (which returns the imported module and leaves
     `{name}.so` in `build_folder`) and added to the cache. Raises what `compile_in` raises.
     """
-    code = source.read_bytes()
+    files = source_files(source)
+    # (the source's bytes, then each included file's name and bytes: a kernel without includes hashes its bytes)
+    code = b''.join([files[source.name]] + [b'\0' + name.encode() + b'\0' + data
+                                             for name, data in files.items() if name != source.name])
     name = module_name(kernel, code, cflags, ldflags)
     root = cache_root()
     library = root / name / f'{name}.so'
@@ -84,8 +105,9 @@ def cached_or_built(kernel: str, source: Path, cflags: Sequence[str], ldflags: S
         _remove_unfinished_builds(root, name)
         folder = root / f'{name}.build-{os.getpid()}'
         folder.mkdir()
+        for file_name, data in files.items():
+            (folder / file_name).write_bytes(data)
         copy = folder / source.name
-        copy.write_bytes(code)
         print(f'labml_txl: compiling the {kernel} kernel for this machine (once, about half a minute)',
               file=sys.stderr, flush=True)
         try:

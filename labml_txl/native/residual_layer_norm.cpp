@@ -13,31 +13,19 @@
 #include <cmath>
 #include <cstdint>
 
-// x, residual [..., d] contiguous, weight and bias [d]; returns LN(x + residual) of x's shape.
-torch::Tensor residual_layer_norm(const torch::Tensor &x, const torch::Tensor &residual, const torch::Tensor &weight,
-                                  const torch::Tensor &bias, double eps) {
-  for (const auto *t : {&x, &residual, &weight, &bias}) {
-    TORCH_CHECK(t->device().is_cpu() && t->scalar_type() == torch::kFloat32 && t->is_contiguous(),
-                "x, residual, weight and bias must be contiguous float32 CPU tensors");
-  }
-  TORCH_CHECK(x.sizes() == residual.sizes() && x.dim() >= 1, "x and residual must have one shape");
-  const int64_t d = x.size(-1);
-  TORCH_CHECK(weight.numel() == d && bias.numel() == d, "weight and bias must have the last axis's size");
-  auto out = torch::empty_like(x);
-  const int64_t rows = d == 0 ? 0 : x.numel() / d;
-  const float *xs = x.data_ptr<float>(), *rs = residual.data_ptr<float>();
-  const float *w = weight.data_ptr<float>(), *b = bias.data_ptr<float>();
-  float *os = out.data_ptr<float>();
+// out = LN(x + residual) of `rows` rows of d features (LN(x) where `residual` is null), every pointer contiguous.
+void normalise_rows(const float *xs, const float *rs, const float *w, const float *b, double eps, int64_t rows,
+                    int64_t d, float *os) {
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
-      const float *xr = xs + row * d, *rr = rs + row * d;
+      const float *xr = xs + row * d, *rr = rs != nullptr ? rs + row * d : nullptr;
       float *o = os + row * d;
       // s = x + r, and its sum (in double: a float sum of a row far from zero loses the digits that the centred
       // values need, 10 times PyTorch's error on rows offset by 30)
       double sum = 0.;
 #pragma omp simd reduction(+ : sum)
       for (int64_t j = 0; j < d; ++j) {
-        const float s = xr[j] + rr[j];
+        const float s = rr != nullptr ? xr[j] + rr[j] : xr[j];
         o[j] = s;
         sum += s;
       }
@@ -55,9 +43,31 @@ torch::Tensor residual_layer_norm(const torch::Tensor &x, const torch::Tensor &r
       for (int64_t j = 0; j < d; ++j) o[j] = (o[j] - mean_f) * rstd * w[j] + b[j];
     }
   });
+}
+
+// x, residual [..., d] contiguous (residual undefined: none), weight and bias [d]; returns LN(x + residual) of x's
+// shape.
+torch::Tensor residual_layer_norm(const torch::Tensor &x, const torch::Tensor &residual, const torch::Tensor &weight,
+                                  const torch::Tensor &bias, double eps) {
+  for (const auto *t : {&x, &residual, &weight, &bias}) {
+    TORCH_CHECK(!t->defined() || (t->device().is_cpu() && t->scalar_type() == torch::kFloat32 && t->is_contiguous()),
+                "x, residual, weight and bias must be contiguous float32 CPU tensors");
+  }
+  TORCH_CHECK(x.defined() && weight.defined() && bias.defined(), "x, weight and bias are required");
+  TORCH_CHECK((!residual.defined() || x.sizes() == residual.sizes()) && x.dim() >= 1,
+              "x and residual must have one shape");
+  const int64_t d = x.size(-1);
+  TORCH_CHECK(weight.numel() == d && bias.numel() == d, "weight and bias must have the last axis's size");
+  auto out = torch::empty_like(x);
+  const int64_t rows = d == 0 ? 0 : x.numel() / d;
+  normalise_rows(x.data_ptr<float>(), residual.defined() ? residual.data_ptr<float>() : nullptr,
+                 weight.data_ptr<float>(), bias.data_ptr<float>(), eps, rows, d, out.data_ptr<float>());
   return out;
 }
 
+// (a kernel that includes this file to call it defines LABML_TXL_INCLUDED and binds its own module)
+#ifndef LABML_TXL_INCLUDED
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("residual_layer_norm", &residual_layer_norm, "LayerNorm(x + residual), float32, no gradients");
 }
+#endif

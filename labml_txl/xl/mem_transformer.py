@@ -62,7 +62,7 @@ from ..norms import check_norm
 from ..positional_encoding import relative_distances
 from ..rotary_mha import rotary_features
 from ..t5_bias_mha import check_t5_buckets
-from . import hf_format
+from . import fused_step, hf_format
 from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
 from .append_buffer import joined_rows, keep_rows
@@ -441,8 +441,11 @@ class MemTransformerLM(nn.Module):
         # The future, $j > m + i$; with `same_length` also the keys more than `mem_len` before the query, so every
         # query sees the same number (the original's `triu(1 + mlen) + tril(-mask_shift_len)`, whose
         # `mlen + mask_shift_len` keys a query sees are `min(mem_len, klen)`)
-        window = min(self.mem_len, klen) if self.same_length else klen
-        return decoder_window_mask(qlen, klen, window, device)[:, :, None]
+        return decoder_window_mask(qlen, klen, self._attention_window(klen), device)[:, :, None]
+
+    def _attention_window(self, klen: int) -> int:
+        """How many keys up to its own position a query sees, of `klen`: all, or `mem_len` with `same_length`."""
+        return min(self.mem_len, klen) if self.same_length else klen
 
     def _positions(self, qlen: int, klen: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """Sinusoidal embeddings of `klen - 1 .. 0` (clipped at `clamp_len`), `[klen, 1, d_model]`."""
@@ -484,10 +487,16 @@ class MemTransformerLM(nn.Module):
             mems_i = mems[i] if mlen > 0 else None
             layer_in, mems_i, position_args = self._layer_inputs(i, core_out, mems_i, mlen, klen, pos_emb)
             mems_kv = self._kv_memo.lookup(i, mems_i, layer.dec_attn) if keep_kv else None
-            core_out = layer(layer_in, *position_args, dec_attn_mask=dec_attn_mask, mems=mems_i, mems_kv=mems_kv,
-                             plan=plan, return_kv=keep_kv)
+            # A few rows (generation's steps) by our kernels alone, where the dispatcher chooses it, else the modules
+            step = fused_step.chosen_step(layer, plan, layer_in, position_args, mems_i, mems_kv,
+                                          self._attention_window(klen))
+            if step is not None:
+                core_out, kv = fused_step.run(step)
+            else:
+                core_out = layer(layer_in, *position_args, dec_attn_mask=dec_attn_mask, mems=mems_i, mems_kv=mems_kv,
+                                 plan=plan, return_kv=keep_kv)
+                core_out, kv = core_out if keep_kv else (core_out, None)
             if keep_kv:
-                core_out, kv = core_out
                 kvs.append(kv)
             hids.append(core_out)
 

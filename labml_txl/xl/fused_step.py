@@ -1,0 +1,182 @@
+r"""
+# A decoder layer for a few rows, as the kernels that do its work: generation's one-token steps
+
+A one-token step of a layer is five small products, one attention over the kept memory and two layer norms. Run
+through the layer's modules, each of them also pays for module calls, a dispatcher's choice, dropout that is off
+and the views between them: for one row that is several times the work itself (`docs/performance.md`). This runs
+the same layer as the calls to our kernels alone, for a few rows (`qlen * bsz`, at most
+`native.few_rows_linear.MOST_ROWS`), where `dispatch.decoder_layer` chose it once for the layer:
+
+$$h = \mathop{LN}\bigl(x + W_o\,\mathop{Attn}(W_q x,\ [W_k; W_v]\,[m \circ x])\bigr), \qquad
+  \mathit{out} = \mathop{LN}\bigl(h + W_2 \max(0, W_1 h + b_1) + b_2\bigr)$$
+
+(post-LN; with `pre_lnorm`, $h = x + W_o\,\mathop{Attn}(\mathop{LN}(x), \dots)$ and
+$\mathit{out} = h + \mathop{FFN}(\mathop{LN}(h))$): the products by the few-rows kernel, the attention by the
+relative-attention kernel, the residual layer norms by theirs. What a variant has of its own comes from its modules:
+the weights, the position terms (`position_terms`: the projected table and $u$, $v$ of type 0, the learned tables
+of type 1), the scale and the norms; the keys and values of the memory are those kept from the step before
+(`kv_memo.py`), looked up by the model. This file is only the order of the steps, that of
+`XLAttentionBase._project`, `_output` and `PositionwiseFF`, and `tests/xl/test_fused_step.py` holds it to them.
+"""
+from typing import NamedTuple, Optional, Tuple
+
+import torch
+from torch import nn
+from torch.nn.modules import module as module_hooks
+
+from torch.utils.weak import WeakIdKeyDictionary
+
+from .. import dispatch
+from ..dispatch import Plan
+from ..native import decoder_layer as native_decoder_layer
+from ..parameter_versions import ParameterSnapshot
+from ..relative_attention import RelativeTerms
+from .attention_base import KeysValues, XLAttentionBase
+from .positionwise_ff import PositionwiseFF
+
+
+class _Parts(NamedTuple):
+    """What the kernel reads of a layer, gathered once and kept while the layer's slots hold the same modules and
+    parameters (`snapshot`): a step then reads no module attribute but the flags that may change between steps."""
+    snapshot: ParameterSnapshot
+    attn: XLAttentionBase
+    ff: PositionwiseFF
+    # The layer and every module in it (whose hooks the fused step would not call)
+    modules: Tuple[nn.Module, ...]
+    # The dropout modules whose `training` and `p` decide whether any is on
+    dropouts: Tuple[nn.Module, ...]
+    # The projections' matrices (`projection_weights`), $W_o$, $W_1$, $b_1$, $W_2$, $b_2$
+    weights: Tuple[torch.Tensor, ...]
+    # Why the layer's structure rules the fused step out, or None
+    structure: Optional[str]
+
+
+# Each layer's parts, by the layer's identity (while it lives)
+_kept_parts = WeakIdKeyDictionary()
+
+
+def _structure_refusal(layer: nn.Module, attn: XLAttentionBase, ff: PositionwiseFF) -> Optional[str]:
+    if not all(type(module).forward.__module__.startswith('labml_txl.xl.') for module in (layer, attn, ff)):
+        return 'a class overrides forward, which the fused step would not call'
+    if not getattr(type(attn).get_scores, 'scores_from_terms', False):
+        return 'the scores come from an overridden get_scores, which only the reference calls'
+    for norm in (attn.layer_norm, ff.layer_norm):
+        if not (type(norm) is nn.LayerNorm and norm.weight is not None and norm.bias is not None
+                and len(norm.normalized_shape) == 1):
+            return f'a {type(norm).__name__}: the kernel computes an affine LayerNorm over the last axis'
+    return None
+
+
+def _parts(layer: nn.Module) -> _Parts:
+    parts = _kept_parts.get(layer)
+    if parts is None or not parts.snapshot.unchanged():
+        attn, ff = layer.dec_attn, layer.pos_ff
+        first, _, dropout_1, second, dropout_2 = ff.CoreNet
+        parts = _Parts(ParameterSnapshot(layer), attn, ff, tuple(layer.modules()),
+                       (attn.drop, attn.dropatt, dropout_1, dropout_2),
+                       attn.projection_weights() + (attn.o_net.weight, first.weight, first.bias, second.weight,
+                                                    second.bias),
+                       _structure_refusal(layer, attn, ff))
+        _kept_parts[layer] = parts
+    return parts
+
+
+class LayerStep(NamedTuple):
+    """One layer's step, made once for the decision and the run."""
+    parts: _Parts
+    # The layer's input `[qlen, bsz, d_model]`
+    x: torch.Tensor
+    # The attention's position terms, from the layer's position arguments
+    terms: RelativeTerms
+    # The keys and values of the memory `[2, bsz, n_head, mlen, d_head]`, or None without a memory
+    mems_kv: Optional[torch.Tensor]
+    # How many keys each query sees up to its own position (the model's mask)
+    window: int
+
+    @property
+    def klen(self) -> int:
+        return self.x.shape[0] + (0 if self.mems_kv is None else self.mems_kv.shape[3])
+
+
+def chosen_step(layer: nn.Module, plan: Plan, x: torch.Tensor, position_args: tuple, mems: Optional[torch.Tensor],
+                mems_kv: Optional[torch.Tensor], window: int) -> Optional[LayerStep]:
+    """
+    The step to `run` where `dispatch.decoder_layer` chooses the fused step for `layer`, else None (the modules run).
+
+    Args:
+        layer: a decoder layer of `layers.py`.
+        plan: the call's `dispatch.Plan`.
+        x: its input `[qlen, bsz, d_model]`.
+        position_args: the position arguments its `forward` takes (made into position terms only where nothing in
+            the run refuses the fused step first).
+        mems: its memory `[mlen, bsz, d_model]` or None; mems_kv: that memory's kept keys and values or None.
+        window: how many keys up to its own position each query sees.
+    """
+    steps = []
+
+    def fused_refusal() -> Optional[str]:
+        parts = _parts(layer)
+        if parts.structure is not None:
+            return parts.structure
+        qlen = x.shape[0]
+        klen = qlen + (0 if mems_kv is None else mems_kv.shape[3])
+        steps.append(LayerStep(parts, x, parts.attn.position_terms(plan, qlen, klen, x, *position_args), mems_kv,
+                               window))
+        return _refusal(plan, steps[0], mems)
+
+    if dispatch.decoder_layer(plan, x.shape[0] * x.shape[1], fused_refusal) == 'fused':
+        return steps[0]
+    return None
+
+
+def _has_hooks(modules: Tuple[nn.Module, ...]) -> bool:
+    """Whether calling these modules would run a hook: their own or a global one (`nn.Module.__call__`'s test)."""
+    return bool(module_hooks._global_forward_hooks or module_hooks._global_forward_pre_hooks
+                or module_hooks._global_backward_hooks or module_hooks._global_backward_pre_hooks
+                or any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+                       for m in modules))
+
+
+def _refusal(plan: Plan, step: LayerStep, mems: Optional[torch.Tensor]) -> Optional[str]:
+    """Why `run` may not compute `step`, of what may change between steps, or None."""
+    if _has_hooks(step.parts.modules):
+        return 'a module of the layer has hooks, which the fused step would not call'
+    attention = dispatch.attention_kernel_refusal(plan, step.x, step.klen, step.terms, step.window)
+    if attention is not None:
+        return f'the attention kernel does not serve it: {attention}'
+    if len(step.parts.weights) != 6:
+        return 'the queries and the keys and values have projections of their own: the kernel reads one joint one'
+    if any(dropout.training and dropout.p > 0 for dropout in step.parts.dropouts):
+        return 'dropout in training'
+    if mems is not None and mems.shape[0] > 0 and step.mems_kv is None:
+        return ("the memory's keys and values are not kept (a memory this model did not return, or changed "
+                "parameters): projecting the memory is not a few rows")
+    if step.x.dtype != torch.float32 or not all(w.dtype == torch.float32 and w.is_contiguous()
+                                                for w in step.parts.weights):
+        return 'the kernels take float32 inputs and contiguous float32 weights'
+    return None
+
+
+def run(step: LayerStep) -> Tuple[torch.Tensor, KeysValues]:
+    """
+    The layer's output and the `KeysValues` of its attention (the memory's as kept, the segment's computed here), as
+    `layer(x, *position_args, ..., return_kv=True)` returns them.
+
+    Shape:
+        `step.x` `[qlen, bsz, d_model]`; returns `[qlen, bsz, d_model]`.
+    """
+    attn, ff, terms = step.parts.attn, step.parts.ff, step.terms
+    qlen, bsz, d_model = step.x.shape
+    n_head, d_head = attn.n_head, attn.d_head
+    k_memory, values_memory = (None, None) if step.mems_kv is None else step.mems_kv.unbind(0)
+    out, qkv = native_decoder_layer.decoder_layer(
+        step.x.reshape(qlen * bsz, d_model).contiguous(), qlen, n_head, attn.pre_lnorm, *step.parts.weights,
+        _norm(attn.layer_norm), _norm(ff.layer_norm), k_memory, values_memory, terms.table, terms.content_bias,
+        terms.position_bias, terms.entry_bias, attn.scale, step.window)
+    # The segment's keys and values as `XLAttentionBase._kv_heads` has them: `[2, bsz, n_head, qlen, d_head]`
+    kv = qkv.view(qlen, bsz, 3, n_head, d_head).permute(2, 1, 3, 0, 4)[1:]
+    return out.view(qlen, bsz, d_model), KeysValues(step.mems_kv, kv)
+
+
+def _norm(norm: nn.LayerNorm) -> tuple:
+    return norm.weight, norm.bias, norm.eps
