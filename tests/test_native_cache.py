@@ -155,3 +155,28 @@ def test_a_lock_held_by_a_live_process_is_waited_for(tmp_path):
         assert waiter.poll() is None, waiter.communicate()[1]
     answer, _, err = _finish(waiter)
     assert answer == 42 and 'waiting for process 12345' in err and 'compiling the tiny kernel' in err
+
+
+def test_a_kernel_is_keyed_and_built_with_the_files_it_includes(tmp_path, monkeypatch):
+    """A kernel that includes files beside it (as `decoder_layer.cpp` includes the kernels it calls): its build
+    folder holds them all, and a change to an included file alone is a build of its own."""
+    monkeypatch.setenv('TORCH_EXTENSIONS_DIR', str(tmp_path / 'cache'))
+    folder = tmp_path / 'checkout'
+    folder.mkdir()
+    (folder / 'main.cpp').write_text('#include "part.cpp"\nint main_part() { return part(); }\n')
+    (folder / 'part.cpp').write_text('#include <vector>\n#include "leaf.cpp"\nint part() { return leaf(); }\n')
+    (folder / 'leaf.cpp').write_text('int leaf() { return 1; }\n')
+    assert list(kernel_cache.source_files(folder / 'main.cpp')) == ['main.cpp', 'part.cpp', 'leaf.cpp']
+    builds = []
+
+    def compile_in(name, source, build_folder):
+        # (no compiler: what the build would compile is what matters here)
+        builds.append((name, sorted(path.name for path in build_folder.iterdir())))
+        (build_folder / f'{name}.so').write_bytes(b'')
+        return name
+
+    first = kernel_cache.cached_or_built('including', folder / 'main.cpp', [], [], compile_in)
+    (folder / 'leaf.cpp').write_text('int leaf() { return 2; }\n')
+    second = kernel_cache.cached_or_built('including', folder / 'main.cpp', [], [], compile_in)
+    assert first != second
+    assert builds == [(first, ['leaf.cpp', 'main.cpp', 'part.cpp']), (second, ['leaf.cpp', 'main.cpp', 'part.cpp'])]

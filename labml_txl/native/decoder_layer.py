@@ -34,8 +34,10 @@ def _reference(x, qlen, heads, pre_lnorm, qkv_weight, o_weight, w1, b1, w2, b2, 
 
     q, k, v = F.linear(norm(x, norm1) if pre_lnorm else x, qkv_weight).view(
         qlen, bsz, 3, heads, inner // heads).permute(2, 1, 3, 0, 4)
-    attention = _reference_attention(q, torch.cat([k_memory, k], 2), torch.cat([v_memory, v], 2), table,
-                                     content_bias, position_bias, entry_bias, scale, window).reshape(rows, inner)
+    if k_memory is not None:
+        k, v = torch.cat([k_memory, k], 2), torch.cat([v_memory, v], 2)
+    attention = _reference_attention(q, k, v, table, content_bias, position_bias, entry_bias, scale,
+                                     window).reshape(rows, inner)
     h = x + F.linear(attention, o_weight)
     h = h if pre_lnorm else norm(h, norm1)
     out = h + F.linear(torch.relu(F.linear(norm(h, norm2) if pre_lnorm else h, w1, b1)), w2, b2)

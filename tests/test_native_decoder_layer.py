@@ -1,0 +1,60 @@
+"""
+The decoder-layer kernel (`labml_txl/native/decoder_layer.cpp`) on its own: one Transformer-XL layer for a few rows,
+against the same layer in PyTorch (`F.linear`, `F.layer_norm` and the specification's attention), with the
+memory's keys and values where a model keeps them (windows of a larger buffer) and every position term.
+"""
+import pytest
+import torch
+
+from labml_txl.native import decoder_layer as native_decoder_layer
+from labml_txl.native.decoder_layer import _reference
+
+
+def _arguments(qlen=2, bsz=3, heads=2, d_head=4, d=8, d_inner=12, mlen=6, pre_lnorm=False, memory=True,
+               entry_bias=True, window=None, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator)
+
+    klen = mlen + qlen if memory else qlen
+    # The memory's keys and values as the model keeps them: a window of an append buffer `[2, bsz, heads, room,
+    # d_head]`, so their rows are strided
+    buffer = randn(2, bsz, heads, mlen + 5, d_head)
+    k_memory, v_memory = buffer[:, :, :, 3:3 + mlen].unbind(0) if memory else (None, None)
+    # Attention type 1's per-entry bias is a transposed view, `[heads, klen]` with a stride of `heads`
+    entry = randn(klen + 2, heads)[-klen:].t() if entry_bias else None
+    norm = lambda: (1 + randn(d) / 4, randn(d), 1e-5)  # noqa: E731
+    return [randn(qlen * bsz, d), qlen, heads, pre_lnorm, randn(3 * heads * d_head, d), randn(d, heads * d_head),
+            randn(d_inner, d), randn(d_inner), randn(d, d_inner), randn(d), norm(), norm(), k_memory, v_memory,
+            randn(heads, klen, d_head), randn(heads, d_head), randn(heads, d_head), entry, 0.3,
+            klen if window is None else window]
+
+
+@pytest.fixture(autouse=True)
+def _kernel():
+    assert native_decoder_layer.kernel_available(), 'the decoder-layer kernel must build here'
+
+
+@pytest.mark.parametrize('pre_lnorm', [False, True], ids=['post-LN', 'pre-LN'])
+@pytest.mark.parametrize('shape', [dict(qlen=1, bsz=1), dict(qlen=1, bsz=4), dict(qlen=2, bsz=3),
+                                   dict(qlen=4, bsz=4), dict(qlen=3, bsz=2, memory=False),
+                                   dict(qlen=2, bsz=2, window=4), dict(qlen=1, bsz=2, entry_bias=False)],
+                         ids=['1x1', '1x4', '2x3', '4x4-16-rows', 'no-memory', 'same_length-window', 'no-entry-bias'])
+def test_the_kernel_computes_the_layer(shape, pre_lnorm):
+    arguments = _arguments(pre_lnorm=pre_lnorm, **shape)
+    out, qkv = native_decoder_layer.decoder_layer(*arguments)
+    torch.testing.assert_close(out, _reference(*arguments), rtol=1e-5, atol=1e-5)
+    x, qkv_weight = arguments[0], arguments[4]
+    norm1 = arguments[10]
+    projected = torch.nn.functional.layer_norm(x, (x.shape[1],), *norm1) if pre_lnorm else x
+    torch.testing.assert_close(qkv, projected @ qkv_weight.T, rtol=1e-5, atol=1e-5)
+
+
+def test_inputs_it_cannot_read_are_refused_with_what_it_takes():
+    arguments = _arguments()
+    with pytest.raises(RuntimeError, match=r'x must be \[qlen \* bsz, d_model\]'):
+        native_decoder_layer.decoder_layer(arguments[0][:5], *arguments[1:])
+    arguments[4] = arguments[4][:-1]
+    with pytest.raises(RuntimeError, match='qkv_weight must be'):
+        native_decoder_layer.decoder_layer(*arguments)

@@ -1,0 +1,205 @@
+"""
+The fused decoder layer (`xl/fused_step.py`, `native/decoder_layer.cpp`): segments of a few rows (generation's
+steps) run a layer as one kernel call. Against the plain path (`impl='reference'`: the original's computation, the
+memory joined and projected anew at every step) over many steps with memories, for each configuration it serves;
+then each reason it is refused, where the layer's modules run instead and give the plain path's numbers.
+"""
+from collections import Counter
+
+import pytest
+import torch
+
+from labml_txl import dispatch, native
+from labml_txl.xl import MemTransformerLM
+from labml_txl.xl.positionwise_ff import PositionwiseFF
+from labml_txl.xl.rel_partial_learnable_attn import RelPartialLearnableMultiHeadAttn
+
+from .helpers import small_config
+
+
+def _pair(**overrides):
+    """The plain and the fast model with the same weights, moved away from the initialisation (so that every term
+    of the attention weighs), in evaluation mode."""
+    torch.manual_seed(0)
+    config = small_config(**{'mem_len': 8, **overrides})
+    plain = MemTransformerLM(**config, impl='reference')
+    with torch.no_grad():
+        for parameter in plain.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.3)
+    fast = MemTransformerLM(**config)
+    fast.load_state_dict(plain.state_dict())
+    return plain.eval(), fast.eval()
+
+
+def _layer_choices(choices):
+    return [c for c in choices if c.operation == 'decoder layer']
+
+
+def _fast_choices(plain, fast, data, qlen, grad=False):
+    """Both models over `data` in segments of `qlen`, each feeding its memories back: log-probabilities and memories
+    equal at every step. Returns the choices the fast model made."""
+    plain_mems, fast_mems, recorded = None, None, []
+    with torch.set_grad_enabled(grad):
+        for start in range(0, data.shape[0] - qlen + 1, qlen):
+            x = data[start:start + qlen]
+            plain_log_probs, plain_mems = plain.log_probs(x, plain_mems)
+            with dispatch.recording() as choices:
+                fast_log_probs, fast_mems = fast.log_probs(x, fast_mems)
+            recorded += choices
+            torch.testing.assert_close(fast_log_probs, plain_log_probs, rtol=1e-5, atol=1e-5)
+            for a, b in zip(fast_mems, plain_mems):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    return recorded
+
+
+SERVED = [dict(attn_type=0), dict(attn_type=1), dict(attn_type=0, pre_lnorm=True),
+          dict(attn_type=1, pre_lnorm=True), dict(attn_type=0, untie_r=True), dict(attn_type=0, same_length=True),
+          dict(attn_type=1, same_length=True, mem_len=3), dict(attn_type=0, clamp_len=4)]
+
+
+@pytest.mark.parametrize('qlen, batch', [(1, 1), (1, 2), (3, 2)], ids=['one-token', 'one-token-batch-2', '3x2'])
+@pytest.mark.parametrize('overrides', SERVED, ids=lambda c: '-'.join(f'{k}={v}' for k, v in c.items()))
+def test_fused_steps_equal_the_plain_path(overrides, qlen, batch):
+    """31 positions in steps of `qlen` behind a memory of 8 (or 3), which moves through several append buffers:
+    every layer of every step is fused, and each step's log-probabilities and memories are the plain path's."""
+    plain, fast = _pair(**overrides)
+    data = torch.randint(40, (31, batch), generator=torch.Generator().manual_seed(1))
+    choices = _fast_choices(plain, fast, data, qlen)
+    steps = len(range(0, 31 - qlen + 1, qlen))
+    assert Counter(c.chosen for c in _layer_choices(choices)) == {'fused': 2 * steps}
+    # (nothing of the layers is chosen operation by operation: the softmax's product is all that is left)
+    assert {c.operation for c in choices} <= {'decoder layer', 'linear', 'dropout'}
+
+
+def test_greedy_generation_through_fused_layers_equals_recomputing_the_context():
+    """Without memories at all: each token from the whole sequence so far in one pass of the plain path (the
+    independent computation), against `generate`'s fused one-token steps over a context that holds it all."""
+    from labml_txl.generation import generate
+
+    plain, fast = _pair(attn_type=0, mem_len=0)
+    prompt = torch.randint(40, (4, 1), generator=torch.Generator().manual_seed(2))
+    with dispatch.recording() as choices:
+        generated = generate(fast, prompt, 20, top_k=1, context=64)
+    assert {c.chosen for c in _layer_choices(choices)} == {'fused'}
+    sequence = prompt[:, 0]
+    with torch.no_grad():
+        for _ in range(20):
+            log_probs, _ = plain.log_probs(sequence[:, None])
+            sequence = torch.cat([sequence, log_probs[-1, 0].argmax()[None]])
+    assert torch.equal(generated[:, 0], sequence[4:])
+
+
+# -- refused: the modules run, with the reason recorded --
+
+class _OwnFeedForward(PositionwiseFF):
+    """A feed-forward network whose `forward` is the user's (the same numbers, written elsewhere)."""
+
+    def forward(self, inp, *, plan=None):
+        return super().forward(inp, plan=plan)
+
+
+class _OwnScores(RelPartialLearnableMultiHeadAttn):
+    """An attention whose scores are the user's `get_scores` (the same numbers)."""
+
+    def get_scores(self, query, key, terms):
+        return super().get_scores(query, key, terms) * 1.0
+
+
+def _refusal_of(fast, plain, data, qlen, layer=0):
+    choices = _layer_choices(_fast_choices(plain, fast, data, qlen))
+    return [dict(c.refused)['fused'] for c in choices[layer::2] if c.chosen == 'modules']
+
+
+def test_a_hook_on_any_module_of_a_layer_keeps_its_modules():
+    """A forward hook (an interpretability probe) on a layer's feed-forward network: that layer runs its modules,
+    and the hook sees every step; the other layer is fused."""
+    plain, fast = _pair()
+    seen = []
+    fast.layers[0].pos_ff.register_forward_hook(lambda module, args, output: seen.append(output.shape))
+    data = torch.randint(40, (6, 2))
+    reasons = _refusal_of(fast, plain, data, 1)
+    assert len(reasons) == 6 and all('hooks' in reason for reason in reasons)
+    assert seen == [torch.Size([1, 2, 16])] * 6
+    assert _refusal_of(fast, plain, data, 1, layer=1) == []
+
+
+def test_a_global_hook_keeps_every_layers_modules():
+    plain, fast = _pair()
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda module, args, output: None)
+    try:
+        reasons = _refusal_of(fast, plain, torch.randint(40, (3, 2)), 1) + \
+            _refusal_of(fast, plain, torch.randint(40, (3, 2)), 1, layer=1)
+    finally:
+        handle.remove()
+    assert len(reasons) == 6 and all('hooks' in reason for reason in reasons)
+
+
+@pytest.mark.parametrize('replace, expected', [
+    (lambda layer: setattr(layer.pos_ff, '__class__', _OwnFeedForward), 'overrides forward'),
+    (lambda layer: setattr(layer.dec_attn, '__class__', _OwnScores), 'get_scores'),
+], ids=['own-forward', 'own-get_scores'])
+def test_a_users_subclass_keeps_the_modules_that_call_it(replace, expected):
+    plain, fast = _pair()
+    replace(fast.layers[0])
+    reasons = _refusal_of(fast, plain, torch.randint(40, (5, 2)), 1)
+    assert len(reasons) == 5 and all(expected in reason for reason in reasons)
+
+
+@pytest.mark.parametrize('overrides, qlen, batch, expected', [
+    (dict(attn_type=2), 1, 2, 'relative table'),
+    (dict(attn_type=3), 1, 2, 'relative table'),
+    (dict(attn_type=4), 1, 2, 'relative table'),
+    (dict(attn_type=5), 1, 2, 'relative table'),
+    (dict(attn_type=6), 1, 2, 'relative table'),
+    (dict(norm='rms_norm'), 1, 2, 'RMSNorm'),
+    (dict(), 5, 4, '20 rows'),
+], ids=['type-2', 'type-3', 'type-4', 'type-5', 'type-6', 'rms_norm', '20-rows'])
+def test_what_the_kernel_does_not_compute_runs_the_modules(overrides, qlen, batch, expected):
+    plain, fast = _pair(**overrides)
+    reasons = _refusal_of(fast, plain, torch.randint(40, (3 * qlen, batch)), qlen)
+    assert len(reasons) == 3 and all(expected in reason for reason in reasons), reasons
+
+
+def test_a_memory_the_model_did_not_return_is_projected_by_the_modules():
+    """Memories that are copies of the returned ones have no kept keys and values: the modules project them (the
+    first step, no memory, and the step after a returned memory are fused)."""
+    plain, fast = _pair()
+    data = torch.randint(40, (3, 2))
+    with torch.no_grad():
+        expected, _ = plain.log_probs(data[2:3], plain.log_probs(data[1:2], plain.log_probs(data[:1])[1])[1])
+        with dispatch.recording() as choices:
+            _, mems = fast.log_probs(data[:1])
+            _, returned = fast.log_probs(data[1:2], [m.clone() for m in mems])
+            log_probs, _ = fast.log_probs(data[2:3], returned)
+    torch.testing.assert_close(log_probs, expected, rtol=1e-5, atol=1e-5)
+    layers = _layer_choices(choices)
+    assert [c.chosen for c in layers] == ['fused', 'fused', 'modules', 'modules', 'fused', 'fused']
+    assert all('not kept' in dict(c.refused)['fused'] for c in layers[2:4])
+
+
+@pytest.mark.parametrize('how, expected', [
+    ('gradients', 'gradients are recorded'),
+    ('disabled', 'our kernels are disabled'),
+    ('reference', "impl='reference'"),
+    ('float64', 'float32'),
+    ('dropout', 'dropout in training'),
+])
+def test_the_run_can_refuse_it(how, expected):
+    """What the run asks for: gradients, our kernels off, the reference, float64, dropout in training; the modules
+    give the plain path's numbers (dropout aside: it draws its own masks)."""
+    plain, fast = _pair(dropout=0.1 if how == 'dropout' else 0.0)
+    data = torch.randint(40, (3, 2))
+    if how == 'float64':
+        plain, fast = plain.double(), fast.double()
+    if how == 'reference':
+        fast.impl = 'reference'
+    if how == 'dropout':
+        fast.train()
+        with torch.no_grad(), dispatch.recording() as choices:
+            fast.log_probs(data[:1], fast.log_probs(data[1:2])[1])
+        layers = _layer_choices(choices)
+    else:
+        with native.disabled() if how == 'disabled' else torch.no_grad():
+            layers = _layer_choices(_fast_choices(plain, fast, data, 1, grad=how == 'gradients'))
+    assert len(layers) == (4 if how == 'dropout' else 6)
+    assert all(c.chosen == 'modules' and expected in dict(c.refused)['fused'] for c in layers), layers
