@@ -366,11 +366,11 @@ def attention_kernel_refusal(plan: Plan, x: torch.Tensor, klen: int, terms: Opti
     return _kernel_refusal(plan, x, klen, terms, window, [x] + ([] if terms is None else terms.tensors()))
 
 
-def decoder_layer(plan: Plan, rows: int, fused_refusal: Callable[[], Optional[str]]) -> str:
-    """How a Transformer-XL layer runs `rows` rows (`qlen * bsz`): `'fused'` (`xl/fused_step.py`: only the calls to
-    our kernels, the products by the few-rows one, chosen here once for the layer) or `'modules'` (the layer's
-    modules, each operation chosen by this module as it comes). `fused_refusal()` says why the fused step cannot
-    take this layer, its attention, memory or weights; it is asked only where nothing of the run refuses first."""
+def decoder_layers(plan: Plan, rows: int, fused_refusal: Callable[[], Optional[str]]) -> str:
+    """How a Transformer-XL model's layers run `rows` rows (`qlen * bsz`): `'fused'` (`xl/fused_step.py`: all of them
+    in one call of our decoder-layer kernel) or `'modules'` (each layer's modules, each operation chosen here as it
+    comes). `fused_refusal()` says why the kernel cannot take a layer, its attention, memory or weights; it is asked
+    only where nothing of the run refuses first."""
     fused = _inference_refusal(plan)
     if fused is None and not plan.native:
         fused = 'our kernels are disabled'
@@ -380,7 +380,7 @@ def decoder_layer(plan: Plan, rows: int, fused_refusal: Callable[[], Optional[st
         fused = 'the decoder-layer kernel could not be built, or failed its first check'
     if fused is None:
         fused = fused_refusal()
-    return _decide('decoder layer', [('fused', fused), ('modules', None)])
+    return _decide('decoder layers', [('fused', fused), ('modules', None)])
 
 
 def residual_layer_norm(plan: Plan, residual: torch.Tensor, x: torch.Tensor, layer_norm: nn.LayerNorm) -> torch.Tensor:

@@ -414,10 +414,10 @@ def test_the_models_impl_chooses_the_reference_everywhere(attn_type, qlen, produ
             losses[impl] = model(data[:-1], data[1:])[0]
         chosen[impl] = {(c.operation, c.chosen) for c in choices if c.operation != 'dropout'}
     assert chosen['reference'] == {('attention', 'reference'), ('linear', 'F.linear'),
-                                   ('residual layer norm', 'PyTorch'), ('decoder layer', 'modules')}
+                                   ('residual layer norm', 'PyTorch'), ('decoder layers', 'modules')}
     assert ('attention', 'reference') not in chosen['auto'] and ('linear', product) in chosen['auto']
     fused = product == 'few rows' and attn_type in (0, 1)
-    assert ('decoder layer', 'fused' if fused else 'modules') in chosen['auto']
+    assert ('decoder layers', 'fused' if fused else 'modules') in chosen['auto']
     torch.testing.assert_close(losses['auto'], losses['reference'], rtol=1e-5, atol=1e-5)
 
 

@@ -451,7 +451,7 @@ def test_impl_reference_makes_every_choice_the_specification(attn_type, grad):
         recorded.append(choices)
     reference, auto = recorded
     specification = {'attention': 'reference', 'linear': 'F.linear', 'residual layer norm': 'PyTorch',
-                     'decoder layer': 'modules'}
+                     'decoder layers': 'modules'}
     assert {c.operation for c in reference} == set(specification) | {'dropout'}
     for operation, chosen in specification.items():
         assert set(_chosen(reference, operation)) == {chosen}, operation
@@ -462,7 +462,7 @@ def test_impl_reference_makes_every_choice_the_specification(attn_type, grad):
     # values are kept) run as one call each, the decoder-layer kernel; everything else chooses each operation as
     # the reference does
     fused = not grad and attn_type in (0, 1)
-    assert set(_chosen(auto, 'decoder layer')) == {'fused' if fused else 'modules'}
+    assert set(_chosen(auto, 'decoder layers')) == {'fused' if fused else 'modules'}
     if not fused:
         for operation in ('attention', 'residual layer norm'):
             assert len(_chosen(auto, operation)) == len(_chosen(reference, operation)), operation

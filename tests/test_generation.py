@@ -54,7 +54,7 @@ def test_greedy_generation_equals_the_plain_paths(attn_type, batch):
         fast_tokens = generate(fast, prompt, 42, top_k=1, context=12)
     plain_tokens = generate(plain, prompt, 42, top_k=1, context=12)
     assert torch.equal(fast_tokens, plain_tokens)
-    layers = {c.chosen for c in choices if c.operation == 'decoder layer'}
+    layers = {c.chosen for c in choices if c.operation == 'decoder layers'}
     attention = {c.chosen for c in choices if c.operation == 'attention'}
     # (the types with a relative table step through the decoder-layer kernel, whose attention is the attention
     # kernel's; the others through their modules, with SDPA)

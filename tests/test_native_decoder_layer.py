@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from labml_txl.native import decoder_layer as native_decoder_layer
-from labml_txl.native.decoder_layer import _reference
+from labml_txl.native.decoder_layer import LayerArguments, _reference
 
 
-def _arguments(qlen=2, bsz=3, heads=2, d_head=4, d=8, d_inner=12, mlen=6, pre_lnorm=False, memory=True,
-               entry_bias=True, window=None, seed=0):
+def _layer(qlen=2, bsz=3, heads=2, d_head=4, d=8, d_inner=12, mlen=6, pre_lnorm=False, memory=True, entry_bias=True,
+           window=None, seed=0):
+    """A layer's arguments and an input `[qlen * bsz, d]`."""
     generator = torch.Generator().manual_seed(seed)
 
     def randn(*shape):
@@ -25,10 +26,11 @@ def _arguments(qlen=2, bsz=3, heads=2, d_head=4, d=8, d_inner=12, mlen=6, pre_ln
     # Attention type 1's per-entry bias is a transposed view, `[heads, klen]` with a stride of `heads`
     entry = randn(klen + 2, heads)[-klen:].t() if entry_bias else None
     norm = lambda: (1 + randn(d) / 4, randn(d), 1e-5)  # noqa: E731
-    return [randn(qlen * bsz, d), qlen, heads, pre_lnorm, randn(3 * heads * d_head, d), randn(d, heads * d_head),
-            randn(d_inner, d), randn(d_inner), randn(d, d_inner), randn(d), norm(), norm(), k_memory, v_memory,
-            randn(heads, klen, d_head), randn(heads, d_head), randn(heads, d_head), entry, 0.3,
-            klen if window is None else window]
+    layer = LayerArguments(heads, pre_lnorm, randn(3 * heads * d_head, d), randn(d, heads * d_head),
+                           randn(d_inner, d), randn(d_inner), randn(d, d_inner), randn(d), norm(), norm(), k_memory,
+                           v_memory, randn(heads, klen, d_head), randn(heads, d_head), randn(heads, d_head), entry,
+                           0.3, klen if window is None else window)
+    return randn(qlen * bsz, d), layer
 
 
 @pytest.fixture(autouse=True)
@@ -42,19 +44,30 @@ def _kernel():
                                    dict(qlen=2, bsz=2, window=4), dict(qlen=1, bsz=2, entry_bias=False)],
                          ids=['1x1', '1x4', '2x3', '4x4-16-rows', 'no-memory', 'same_length-window', 'no-entry-bias'])
 def test_the_kernel_computes_the_layer(shape, pre_lnorm):
-    arguments = _arguments(pre_lnorm=pre_lnorm, **shape)
-    out, qkv = native_decoder_layer.decoder_layer(*arguments)
-    torch.testing.assert_close(out, _reference(*arguments), rtol=1e-5, atol=1e-5)
-    x, qkv_weight = arguments[0], arguments[4]
-    norm1 = arguments[10]
-    projected = torch.nn.functional.layer_norm(x, (x.shape[1],), *norm1) if pre_lnorm else x
-    torch.testing.assert_close(qkv, projected @ qkv_weight.T, rtol=1e-5, atol=1e-5)
+    x, layer = _layer(pre_lnorm=pre_lnorm, **shape)
+    (out,), (qkv,) = native_decoder_layer.decoder_layers(x, shape['qlen'], [layer])
+    torch.testing.assert_close(out, _reference(x, shape['qlen'], layer), rtol=1e-5, atol=1e-5)
+    projected = torch.nn.functional.layer_norm(x, (x.shape[1],), *layer.norm1) if pre_lnorm else x
+    torch.testing.assert_close(qkv, projected @ layer.qkv_weight.T, rtol=1e-5, atol=1e-5)
+
+
+def test_each_layer_takes_the_last_ones_output():
+    """Three layers (post-LN, pre-LN, post-LN) of one call, each with its own memory: outputs and projections."""
+    x, first = _layer(seed=1)
+    layers = [first, _layer(seed=2, pre_lnorm=True)[1], _layer(seed=3, memory=False, entry_bias=False)[1]]
+    outputs, projections = native_decoder_layer.decoder_layers(x, 2, layers)
+    for layer, out, qkv in zip(layers, outputs, projections):
+        torch.testing.assert_close(out, _reference(x, 2, layer), rtol=1e-5, atol=1e-5)
+        projected = torch.nn.functional.layer_norm(x, (x.shape[1],), *layer.norm1) if layer.pre_lnorm else x
+        torch.testing.assert_close(qkv, projected @ layer.qkv_weight.T, rtol=1e-5, atol=1e-5)
+        x = out
 
 
 def test_inputs_it_cannot_read_are_refused_with_what_it_takes():
-    arguments = _arguments()
+    x, layer = _layer()
     with pytest.raises(RuntimeError, match=r'x must be \[qlen \* bsz, d_model\]'):
-        native_decoder_layer.decoder_layer(arguments[0][:5], *arguments[1:])
-    arguments[4] = arguments[4][:-1]
+        native_decoder_layer.decoder_layers(x[:5], 2, [layer])
     with pytest.raises(RuntimeError, match='qkv_weight must be'):
-        native_decoder_layer.decoder_layer(*arguments)
+        native_decoder_layer.decoder_layers(x, 2, [layer._replace(qkv_weight=layer.qkv_weight[:-1])])
+    with pytest.raises(RuntimeError, match="every layer's table is required"):
+        native_decoder_layer.decoder_layers(x, 2, [layer._replace(table=None)])

@@ -68,6 +68,36 @@ std::vector<torch::Tensor> decoder_layer(
   return {out, qkv};
 }
 
+// The layers one after another, each taking the last one's output: layer l's tensors are `tensors[l]` (qkv_weight,
+// o_weight, w1, b1, w2, b2, norm1_weight, norm1_bias, norm2_weight, norm2_bias, k_memory, v_memory, table,
+// content_bias, position_bias, entry_bias: the last six optional) and its numbers `numbers[l]` (heads, pre_lnorm,
+// norm1_eps, norm2_eps, scale, window), as `decoder_layer` takes them. Returns every layer's output, then every
+// layer's projections. (One call for the stack: between two layers no Python runs, and the threads that share the
+// products stay awake.)
+std::vector<torch::Tensor> decoder_layers(const torch::Tensor &x, int64_t qlen,
+                                          const std::vector<std::vector<std::optional<torch::Tensor>>> &tensors,
+                                          const std::vector<std::vector<double>> &numbers, int64_t block) {
+  TORCH_CHECK(tensors.size() == numbers.size(), "tensors and numbers must have an entry per layer");
+  std::vector<torch::Tensor> outputs, projections;
+  torch::Tensor input = x;
+  for (size_t l = 0; l < tensors.size(); ++l) {
+    const auto &t = tensors[l];
+    const auto &n = numbers[l];
+    TORCH_CHECK(t.size() == 16 && n.size() == 6, "each layer takes 16 tensors and 6 numbers");
+    for (int i = 0; i < 10; ++i) TORCH_CHECK(t[i].has_value(), "the weights and norms of every layer are required");
+    TORCH_CHECK(t[12].has_value(), "every layer's table is required");
+    auto result = decoder_layer(input, qlen, static_cast<int64_t>(n[0]), n[1] != 0., *t[0], *t[1], *t[2], *t[3],
+                                *t[4], *t[5], *t[6], *t[7], n[2], *t[8], *t[9], n[3], t[10], t[11], *t[12], t[13],
+                                t[14], t[15], n[4], static_cast<int64_t>(n[5]), block);
+    input = result[0];
+    outputs.push_back(result[0]);
+    projections.push_back(result[1]);
+  }
+  outputs.insert(outputs.end(), projections.begin(), projections.end());
+  return outputs;
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decoder_layer", &decoder_layer, "One Transformer-XL decoder layer for a few rows, float32, no gradients");
+  m.def("decoder_layers", &decoder_layers, "Transformer-XL decoder layers one after another, for a few rows");
 }

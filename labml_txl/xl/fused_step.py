@@ -18,7 +18,7 @@ of type 1), the scale and the norms; the keys and values of the memory are those
 (`kv_memo.py`), looked up by the model. This file is only the order of the steps, that of
 `XLAttentionBase._project`, `_output` and `PositionwiseFF`, and `tests/xl/test_fused_step.py` holds it to them.
 """
-from typing import NamedTuple, Optional, Tuple
+from typing import Callable, List, NamedTuple, Optional, Tuple
 
 import torch
 from torch import nn
@@ -57,7 +57,10 @@ _kept_parts = WeakIdKeyDictionary()
 
 def _structure_refusal(layer: nn.Module, attn: XLAttentionBase, ff: PositionwiseFF) -> Optional[str]:
     if not all(type(module).forward.__module__.startswith('labml_txl.xl.') for module in (layer, attn, ff)):
-        return 'a class overrides forward, which the fused step would not call'
+        return 'a class overrides forward, which the fused call would not run'
+    if len(attn.projection_weights()) != 1:
+        return ('absolute positions or a scheme of their own (attention types 2 to 6): the kernel computes '
+                "Transformer-XL's relative attention, with a table")
     if not getattr(type(attn).get_scores, 'scores_from_terms', False):
         return 'the scores come from an overridden get_scores, which only the reference calls'
     for norm in (attn.layer_norm, ff.layer_norm):
@@ -82,50 +85,68 @@ def _parts(layer: nn.Module) -> _Parts:
 
 
 class LayerStep(NamedTuple):
-    """One layer's step, made once for the decision and the run."""
+    """One layer's part of a fused call: what the kernel reads of it, its position terms and its memory's keys and
+    values."""
     parts: _Parts
-    # The layer's input `[qlen, bsz, d_model]`
-    x: torch.Tensor
     # The attention's position terms, from the layer's position arguments
     terms: RelativeTerms
     # The keys and values of the memory `[2, bsz, n_head, mlen, d_head]`, or None without a memory
     mems_kv: Optional[torch.Tensor]
-    # How many keys each query sees up to its own position (the model's mask)
+
+    def arguments(self, window: int) -> native_decoder_layer.LayerArguments:
+        attn, ff, terms = self.parts.attn, self.parts.ff, self.terms
+        k_memory, values_memory = (None, None) if self.mems_kv is None else self.mems_kv.unbind(0)
+        return native_decoder_layer.LayerArguments(
+            attn.n_head, attn.pre_lnorm, *self.parts.weights, _norm(attn.layer_norm), _norm(ff.layer_norm),
+            k_memory, values_memory, terms.table, terms.content_bias, terms.position_bias, terms.entry_bias,
+            attn.scale, window)
+
+
+class Stack(NamedTuple):
+    """A fused call: the first layer's input, how many keys each query sees, and every layer's part."""
+    # `[qlen, bsz, d_model]`
+    x: torch.Tensor
     window: int
-
-    @property
-    def klen(self) -> int:
-        return self.x.shape[0] + (0 if self.mems_kv is None else self.mems_kv.shape[3])
+    layers: List[LayerStep]
 
 
-def chosen_step(layer: nn.Module, plan: Plan, x: torch.Tensor, position_args: tuple, mems: Optional[torch.Tensor],
-                mems_kv: Optional[torch.Tensor], window: int) -> Optional[LayerStep]:
+# What the model gives for layer `i`: its position arguments (as its `forward` takes them), its memory and that
+# memory's kept keys and values (None, None without a memory)
+LayerInputs = Callable[[int], Tuple[tuple, Optional[torch.Tensor], Optional[torch.Tensor]]]
+
+
+def chosen_stack(plan: Plan, layers: nn.ModuleList, x: torch.Tensor, inputs_of: LayerInputs,
+                 window: int) -> Optional[Stack]:
     """
-    The step to `run` where `dispatch.decoder_layer` chooses the fused step for `layer`, else None (the modules run).
+    The fused call of all `layers` where `dispatch.decoder_layers` chooses it, else None (their modules run).
 
     Args:
-        layer: a decoder layer of `layers.py`.
         plan: the call's `dispatch.Plan`.
-        x: its input `[qlen, bsz, d_model]`.
-        position_args: the position arguments its `forward` takes (made into position terms only where nothing in
-            the run refuses the fused step first).
-        mems: its memory `[mlen, bsz, d_model]` or None; mems_kv: that memory's kept keys and values or None.
+        layers: the model's decoder layers (of `layers.py`).
+        x: the first layer's input `[qlen, bsz, d_model]`; each later layer takes the one before's output.
+        inputs_of: layer `i`'s position arguments, memory and kept keys and values (asked only where nothing in the
+            run refuses the fused call first).
         window: how many keys up to its own position each query sees.
     """
-    steps = []
+    stack = Stack(x, window, [])
 
     def fused_refusal() -> Optional[str]:
-        parts = _parts(layer)
-        if parts.structure is not None:
-            return parts.structure
         qlen = x.shape[0]
-        klen = qlen + (0 if mems_kv is None else mems_kv.shape[3])
-        steps.append(LayerStep(parts, x, parts.attn.position_terms(plan, qlen, klen, x, *position_args), mems_kv,
-                               window))
-        return _refusal(plan, steps[0], mems)
+        for i, layer in enumerate(layers):
+            parts = _parts(layer)
+            if parts.structure is not None:
+                return f'layer {i}: {parts.structure}'
+            position_args, mems, mems_kv = inputs_of(i)
+            klen = qlen + (0 if mems_kv is None else mems_kv.shape[3])
+            step = LayerStep(parts, parts.attn.position_terms(plan, qlen, klen, x, *position_args), mems_kv)
+            refusal = _refusal(plan, stack, step, mems)
+            if refusal is not None:
+                return f'layer {i}: {refusal}'
+            stack.layers.append(step)
+        return None
 
-    if dispatch.decoder_layer(plan, x.shape[0] * x.shape[1], fused_refusal) == 'fused':
-        return steps[0]
+    if dispatch.decoder_layers(plan, x.shape[0] * x.shape[1], fused_refusal) == 'fused':
+        return stack
     return None
 
 
@@ -137,45 +158,43 @@ def _has_hooks(modules: Tuple[nn.Module, ...]) -> bool:
                        for m in modules))
 
 
-def _refusal(plan: Plan, step: LayerStep, mems: Optional[torch.Tensor]) -> Optional[str]:
-    """Why `run` may not compute `step`, of what may change between steps, or None."""
+def _refusal(plan: Plan, stack: Stack, step: LayerStep, mems: Optional[torch.Tensor]) -> Optional[str]:
+    """Why the kernel may not compute `step` in `stack`, of what may change between calls, or None."""
     if _has_hooks(step.parts.modules):
-        return 'a module of the layer has hooks, which the fused step would not call'
-    attention = dispatch.attention_kernel_refusal(plan, step.x, step.klen, step.terms, step.window)
+        return 'a module of the layer has hooks, which the fused call would not run'
+    klen = stack.x.shape[0] + (0 if step.mems_kv is None else step.mems_kv.shape[3])
+    attention = dispatch.attention_kernel_refusal(plan, stack.x, klen, step.terms, stack.window)
     if attention is not None:
         return f'the attention kernel does not serve it: {attention}'
-    if len(step.parts.weights) != 6:
-        return 'the queries and the keys and values have projections of their own: the kernel reads one joint one'
     if any(dropout.training and dropout.p > 0 for dropout in step.parts.dropouts):
         return 'dropout in training'
     if mems is not None and mems.shape[0] > 0 and step.mems_kv is None:
         return ("the memory's keys and values are not kept (a memory this model did not return, or changed "
                 "parameters): projecting the memory is not a few rows")
-    if step.x.dtype != torch.float32 or not all(w.dtype == torch.float32 and w.is_contiguous()
-                                                for w in step.parts.weights):
-        return 'the kernels take float32 inputs and contiguous float32 weights'
+    if stack.x.dtype != torch.float32 or not all(w.dtype == torch.float32 and w.is_contiguous()
+                                                 for w in step.parts.weights):
+        return 'the kernel takes float32 inputs and contiguous float32 weights'
     return None
 
 
-def run(step: LayerStep) -> Tuple[torch.Tensor, KeysValues]:
+def run(stack: Stack) -> Tuple[List[torch.Tensor], List[KeysValues]]:
     """
-    The layer's output and the `KeysValues` of its attention (the memory's as kept, the segment's computed here), as
-    `layer(x, *position_args, ..., return_kv=True)` returns them.
+    Every layer's output and the `KeysValues` of its attention (the memory's as kept, the segment's computed here),
+    as calling the layers one after another with `return_kv=True` gives them.
 
     Shape:
-        `step.x` `[qlen, bsz, d_model]`; returns `[qlen, bsz, d_model]`.
+        `stack.x` `[qlen, bsz, d_model]`; returns outputs `[qlen, bsz, d_model]`.
     """
-    attn, ff, terms = step.parts.attn, step.parts.ff, step.terms
-    qlen, bsz, d_model = step.x.shape
-    n_head, d_head = attn.n_head, attn.d_head
-    k_memory, values_memory = (None, None) if step.mems_kv is None else step.mems_kv.unbind(0)
-    out, qkv = native_decoder_layer.decoder_layer(
-        step.x.reshape(qlen * bsz, d_model).contiguous(), qlen, n_head, attn.pre_lnorm, *step.parts.weights,
-        _norm(attn.layer_norm), _norm(ff.layer_norm), k_memory, values_memory, terms.table, terms.content_bias,
-        terms.position_bias, terms.entry_bias, attn.scale, step.window)
-    # The segment's keys and values as `XLAttentionBase._kv_heads` has them: `[2, bsz, n_head, qlen, d_head]`
-    kv = qkv.view(qlen, bsz, 3, n_head, d_head).permute(2, 1, 3, 0, 4)[1:]
-    return out.view(qlen, bsz, d_model), KeysValues(step.mems_kv, kv)
+    qlen, bsz, d_model = stack.x.shape
+    outputs, projections = native_decoder_layer.decoder_layers(
+        stack.x.reshape(qlen * bsz, d_model).contiguous(), qlen, [step.arguments(stack.window) for step in stack.layers])
+    keys_values = []
+    for step, qkv in zip(stack.layers, projections):
+        attn = step.parts.attn
+        # The segment's keys and values as `XLAttentionBase._kv_heads` has them: `[2, bsz, n_head, qlen, d_head]`
+        kv = qkv.view(qlen, bsz, 3, attn.n_head, attn.d_head).permute(2, 1, 3, 0, 4)[1:]
+        keys_values.append(KeysValues(step.mems_kv, kv))
+    return [out.view(qlen, bsz, d_model) for out in outputs], keys_values
 
 
 def _norm(norm: nn.LayerNorm) -> tuple:

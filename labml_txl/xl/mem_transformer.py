@@ -483,22 +483,30 @@ class MemTransformerLM(nn.Module):
             pos_emb = self.drop(self._cached_positions(plan, qlen, klen, word_emb.dtype, word_emb.device))
         # The inputs of every layer, to be cached, and the keys and values of every layer's memory and segment
         hids, kvs = [core_out], []
-        for i, layer in enumerate(self.layers):
-            mems_i = mems[i] if mlen > 0 else None
-            layer_in, mems_i, position_args = self._layer_inputs(i, core_out, mems_i, mlen, klen, pos_emb)
-            mems_kv = self._kv_memo.lookup(i, mems_i, layer.dec_attn) if keep_kv else None
-            # A few rows (generation's steps) by our kernels alone, where the dispatcher chooses it, else the modules
-            step = fused_step.chosen_step(layer, plan, layer_in, position_args, mems_i, mems_kv,
-                                          self._attention_window(klen))
-            if step is not None:
-                core_out, kv = fused_step.run(step)
-            else:
-                core_out = layer(layer_in, *position_args, dec_attn_mask=dec_attn_mask, mems=mems_i, mems_kv=mems_kv,
-                                 plan=plan, return_kv=keep_kv)
-                core_out, kv = core_out if keep_kv else (core_out, None)
-            if keep_kv:
-                kvs.append(kv)
-            hids.append(core_out)
+
+        def layer_inputs(i: int, layer_in: torch.Tensor):
+            """Layer `i`'s input, position arguments, memory and that memory's kept keys and values."""
+            layer_in, mems_i, position_args = self._layer_inputs(i, layer_in, mems[i] if mlen > 0 else None, mlen,
+                                                                 klen, pos_emb)
+            mems_kv = self._kv_memo.lookup(i, mems_i, self.layers[i].dec_attn) if keep_kv else None
+            return layer_in, position_args, mems_i, mems_kv
+
+        # A few rows (generation's steps): every layer in one call of our kernel, where the dispatcher chooses it
+        stack = fused_step.chosen_stack(plan, self.layers, core_out, lambda i: layer_inputs(i, core_out)[1:],
+                                        self._attention_window(klen))
+        if stack is not None:
+            outputs, kvs = fused_step.run(stack)
+            hids += outputs
+            core_out = outputs[-1]
+        else:
+            for i, layer in enumerate(self.layers):
+                layer_in, position_args, mems_i, mems_kv = layer_inputs(i, core_out)
+                core_out = layer(layer_in, *position_args, dec_attn_mask=dec_attn_mask, mems=mems_i,
+                                 mems_kv=mems_kv, plan=plan, return_kv=keep_kv)
+                if keep_kv:
+                    core_out, kv = core_out
+                    kvs.append(kv)
+                hids.append(core_out)
 
         core_out = self.drop(core_out)
         new_mems = self._update_mems(plan, hids, mems, qlen, mlen)

@@ -37,14 +37,15 @@ def test_kept_window_over_many_segments_equals_the_plain_path(dtype, tolerance, 
             for a, b in zip(fast_mems, plain_mems):
                 torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance)
             buffers.append(fast._kv_memo.entries[0][3])
-    layers = Counter(c.chosen for c in choices if c.operation == 'decoder layer')
+    layers = Counter(c.chosen for c in choices if c.operation == 'decoder layers')
     attention = Counter(c.chosen for c in choices if c.operation == 'attention')
-    n = 2 * len(range(0, 40, qlen))
+    steps = len(range(0, 40, qlen))
     if dtype == torch.float32:
-        # The fast model's layers by the decoder-layer kernel (with the kept keys and values), the plain's by modules
-        assert layers == {'fused': n, 'modules': n} and attention == {'reference': n}
+        # The fast model's layers in one call of the decoder-layer kernel a step (with the kept keys and values), the
+        # plain's by their modules
+        assert layers == {'fused': steps, 'modules': steps} and attention == {'reference': 2 * steps}
     else:
-        assert layers == {'modules': 2 * n} and attention == {'sdpa': n, 'reference': n}
+        assert layers == {'modules': 2 * steps} and attention == {'sdpa': 2 * steps, 'reference': 2 * steps}
     # Once the memory is full, each buffer serves the step that made it and then `room // qlen` steps that append
     # to it (room = max(qlen, 12 // 4) rows), before the window moves to a new one
     full = buffers[12 // qlen:]
