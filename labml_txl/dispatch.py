@@ -10,10 +10,11 @@ specification), the layers in their modules. Faster implementations of the same 
 | linear layer | `few rows` (ours, `native/few_rows_linear.py`), `prepacked` (oneDNN, `prepacked_linear.py`), `F.linear` |
 | residual + layer norm | `kernel` (`native/layer_norm.py`), `PyTorch` |
 | dropout | `kernel` (`native/dropout.py`), `16-bit` (`dropout.py`), `nn.Dropout` |
+| a Transformer-XL model's layers, a few rows | `fused` (all layers in one call of ours, `native/decoder_layer.py` through `xl/fused_step.py`), `modules` (each layer's modules, each operation chosen as above) |
 
 This module chooses among them, once per call, from the inputs and the state of the run: device, dtype, whether
 gradients are recorded, autocast, `torch.compile`, dropout, the mask. Model code asks it (`attend`, `linear`,
-`residual_layer_norm`, `dropout_path`) and never tests that state itself. Each refused implementation has a reason,
+`residual_layer_norm`, `dropout_path`, `decoder_layers`) and never tests that state itself. Each refused implementation has a reason,
 as `torch.nn.TransformerEncoderLayer` names why its fast path is not taken; `recording()` collects the choices:
 
     with dispatch.recording() as choices:

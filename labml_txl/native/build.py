@@ -1,10 +1,11 @@
 r"""
 # Kernels of our own, compiled on first use
 
-A kernel here is one C++ file beside this module, compiled by `torch.utils.cpp_extension.load` the first time it
-is needed (about half a minute) for the machine it runs on (`-march=native`), and kept in a cache on disk
-(`kernel_cache.py`: keyed by the source, the flags, the CPU and the versions of PyTorch and Python; never left
-half-built or locked by a process that died), so later processes, from any checkout, only load it.
+A kernel here is one C++ file beside this module (which may include others beside it: `decoder_layer.cpp` calls
+the kernels it includes), compiled by `torch.utils.cpp_extension.load` the first time it is needed (about half a
+minute) for the machine it runs on (`-march=native`), and kept in a cache on disk (`kernel_cache.py`: keyed by the
+sources, the flags, the CPU and the versions of PyTorch and Python; never left half-built or locked by a process
+that died), so later processes, from any checkout, only load it.
 
 Building needs a C++ compiler with OpenMP (`g++`) and `ninja` (a dependency of this package; its binary is found
 even where the environment's `bin` is not on `PATH`). Where either is missing or the build fails, `load_kernel`

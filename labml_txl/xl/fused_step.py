@@ -1,30 +1,28 @@
 r"""
-# A decoder layer for a few rows, as the kernels that do its work: generation's one-token steps
+# A model's decoder layers for a few rows, in one call of our kernel: generation's one-token steps
 
 A one-token step of a layer is five small products, one attention over the kept memory and two layer norms. Run
 through the layer's modules, each of them also pays for module calls, a dispatcher's choice, dropout that is off
-and the views between them: for one row that is several times the work itself (`docs/performance.md`). This runs
-the same layer as the calls to our kernels alone, for a few rows (`qlen * bsz`, at most
-`native.few_rows_linear.MOST_ROWS`), where `dispatch.decoder_layer` chose it once for the layer:
+and the views between them, and while Python runs between two kernels the threads that share the products fall
+asleep: for one row that is several times the work itself (`docs/performance.md`). Where `dispatch.decoder_layers`
+chooses it for a call of a few rows (`qlen * bsz`, at most `native.few_rows_linear.MOST_ROWS`), all layers run in
+one call of `native.decoder_layer.decoder_layers`, which computes each in C++ as
 
 $$h = \mathop{LN}\bigl(x + W_o\,\mathop{Attn}(W_q x,\ [W_k; W_v]\,[m \circ x])\bigr), \qquad
   \mathit{out} = \mathop{LN}\bigl(h + W_2 \max(0, W_1 h + b_1) + b_2\bigr)$$
 
 (post-LN; with `pre_lnorm`, $h = x + W_o\,\mathop{Attn}(\mathop{LN}(x), \dots)$ and
-$\mathit{out} = h + \mathop{FFN}(\mathop{LN}(h))$): the products by the few-rows kernel, the attention by the
-relative-attention kernel, the residual layer norms by theirs. What a variant has of its own comes from its modules:
-the weights, the position terms (`position_terms`: the projected table and $u$, $v$ of type 0, the learned tables
-of type 1), the scale and the norms; the keys and values of the memory are those kept from the step before
-(`kv_memo.py`), looked up by the model. This file is only the order of the steps, that of
-`XLAttentionBase._project`, `_output` and `PositionwiseFF`, and `tests/xl/test_fused_step.py` holds it to them.
+$\mathit{out} = h + \mathop{FFN}(\mathop{LN}(h))$). Everything a layer has of its own comes from its modules: the
+weights, the position terms (`position_terms`: the projected table and $u$, $v$ of type 0, the learned tables of
+type 1), the scale and the norms; the keys and values of the memory are those kept from the step before
+(`kv_memo.py`), looked up by the model. The order of the steps is that of `XLAttentionBase._project`, `_output` and
+`PositionwiseFF`, and `tests/xl/test_fused_step.py` holds the call to the modules.
 """
-from typing import Callable, List, NamedTuple, Optional, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 from torch import nn
 from torch.nn.modules import module as module_hooks
-
-from torch.utils.weak import WeakIdKeyDictionary
 
 from .. import dispatch
 from ..dispatch import Plan
@@ -37,22 +35,32 @@ from .positionwise_ff import PositionwiseFF
 
 class _Parts(NamedTuple):
     """What the kernel reads of a layer, gathered once and kept while the layer's slots hold the same modules and
-    parameters (`snapshot`): a step then reads no module attribute but the flags that may change between steps."""
+    parameters (`snapshot`): a call then reads no module attribute but the flags that may change between calls."""
     snapshot: ParameterSnapshot
+    # The layer and every module in it (whose hooks the fused call would not run)
+    modules: Tuple[nn.Module, ...]
     attn: XLAttentionBase
     ff: PositionwiseFF
-    # The layer and every module in it (whose hooks the fused step would not call)
-    modules: Tuple[nn.Module, ...]
     # The dropout modules whose `training` and `p` decide whether any is on
     dropouts: Tuple[nn.Module, ...]
     # The projections' matrices (`projection_weights`), $W_o$, $W_1$, $b_1$, $W_2$, $b_2$
     weights: Tuple[torch.Tensor, ...]
-    # Why the layer's structure rules the fused step out, or None
+    # Why the layer's structure rules the fused call out, or None
     structure: Optional[str]
 
+    @classmethod
+    def of(cls, layer: nn.Module) -> '_Parts':
+        attn, ff = layer.dec_attn, layer.pos_ff
+        first, _, dropout_1, second, dropout_2 = ff.CoreNet
+        return cls(ParameterSnapshot(layer), tuple(layer.modules()), attn, ff,
+                   (attn.drop, attn.dropatt, dropout_1, dropout_2),
+                   attn.projection_weights() + (attn.o_net.weight, first.weight, first.bias, second.weight,
+                                                second.bias),
+                   _structure_refusal(layer, attn, ff))
 
-# Each layer's parts, by the layer's identity (while it lives)
-_kept_parts = WeakIdKeyDictionary()
+    def of_layer(self, layer: nn.Module) -> bool:
+        """Whether these are `layer`'s parts as it is now."""
+        return self.modules[0] is layer and self.snapshot.unchanged()
 
 
 def _structure_refusal(layer: nn.Module, attn: XLAttentionBase, ff: PositionwiseFF) -> Optional[str]:
@@ -68,20 +76,6 @@ def _structure_refusal(layer: nn.Module, attn: XLAttentionBase, ff: Positionwise
                 and len(norm.normalized_shape) == 1):
             return f'a {type(norm).__name__}: the kernel computes an affine LayerNorm over the last axis'
     return None
-
-
-def _parts(layer: nn.Module) -> _Parts:
-    parts = _kept_parts.get(layer)
-    if parts is None or not parts.snapshot.unchanged():
-        attn, ff = layer.dec_attn, layer.pos_ff
-        first, _, dropout_1, second, dropout_2 = ff.CoreNet
-        parts = _Parts(ParameterSnapshot(layer), attn, ff, tuple(layer.modules()),
-                       (attn.drop, attn.dropatt, dropout_1, dropout_2),
-                       attn.projection_weights() + (attn.o_net.weight, first.weight, first.bias, second.weight,
-                                                    second.bias),
-                       _structure_refusal(layer, attn, ff))
-        _kept_parts[layer] = parts
-    return parts
 
 
 class LayerStep(NamedTuple):
@@ -115,39 +109,55 @@ class Stack(NamedTuple):
 LayerInputs = Callable[[int], Tuple[tuple, Optional[torch.Tensor], Optional[torch.Tensor]]]
 
 
-def chosen_stack(plan: Plan, layers: nn.ModuleList, x: torch.Tensor, inputs_of: LayerInputs,
-                 window: int) -> Optional[Stack]:
-    """
-    The fused call of all `layers` where `dispatch.decoder_layers` chooses it, else None (their modules run).
+class FusedLayers:
+    """A model's choice of the fused call, with what the kernel reads of each of its layers (kept per layer index
+    while the layer is the same, with the same modules and parameters)."""
 
-    Args:
-        plan: the call's `dispatch.Plan`.
-        layers: the model's decoder layers (of `layers.py`).
-        x: the first layer's input `[qlen, bsz, d_model]`; each later layer takes the one before's output.
-        inputs_of: layer `i`'s position arguments, memory and kept keys and values (asked only where nothing in the
-            run refuses the fused call first).
-        window: how many keys up to its own position each query sees.
-    """
-    stack = Stack(x, window, [])
+    def __init__(self):
+        self.parts: Dict[int, _Parts] = {}
 
-    def fused_refusal() -> Optional[str]:
-        qlen = x.shape[0]
-        for i, layer in enumerate(layers):
-            parts = _parts(layer)
-            if parts.structure is not None:
-                return f'layer {i}: {parts.structure}'
-            position_args, mems, mems_kv = inputs_of(i)
-            klen = qlen + (0 if mems_kv is None else mems_kv.shape[3])
-            step = LayerStep(parts, parts.attn.position_terms(plan, qlen, klen, x, *position_args), mems_kv)
-            refusal = _refusal(plan, stack, step, mems)
-            if refusal is not None:
-                return f'layer {i}: {refusal}'
-            stack.layers.append(step)
+    def clear(self) -> None:
+        self.parts = {}
+
+    def _parts(self, i: int, layer: nn.Module) -> _Parts:
+        parts = self.parts.get(i)
+        if parts is None or not parts.of_layer(layer):
+            parts = self.parts[i] = _Parts.of(layer)
+        return parts
+
+    def chosen_stack(self, plan: Plan, layers: nn.ModuleList, x: torch.Tensor, inputs_of: LayerInputs,
+                     window: int) -> Optional[Stack]:
+        """
+        The fused call of all `layers` where `dispatch.decoder_layers` chooses it, else None (their modules run).
+
+        Args:
+            plan: the call's `dispatch.Plan`.
+            layers: the model's decoder layers (of `layers.py`).
+            x: the first layer's input `[qlen, bsz, d_model]`; each later layer takes the one before's output.
+            inputs_of: layer `i`'s position arguments, memory and kept keys and values (asked only where nothing
+                in the run refuses the fused call first).
+            window: how many keys up to its own position each query sees.
+        """
+        stack = Stack(x, window, [])
+
+        def fused_refusal() -> Optional[str]:
+            qlen = x.shape[0]
+            for i, layer in enumerate(layers):
+                parts = self._parts(i, layer)
+                if parts.structure is not None:
+                    return f'layer {i}: {parts.structure}'
+                position_args, mems, mems_kv = inputs_of(i)
+                klen = qlen + (0 if mems_kv is None else mems_kv.shape[3])
+                step = LayerStep(parts, parts.attn.position_terms(plan, qlen, klen, x, *position_args), mems_kv)
+                refusal = _refusal(plan, stack, step, mems)
+                if refusal is not None:
+                    return f'layer {i}: {refusal}'
+                stack.layers.append(step)
+            return None
+
+        if dispatch.decoder_layers(plan, x.shape[0] * x.shape[1], fused_refusal) == 'fused':
+            return stack
         return None
-
-    if dispatch.decoder_layers(plan, x.shape[0] * x.shape[1], fused_refusal) == 'fused':
-        return stack
-    return None
 
 
 def _has_hooks(modules: Tuple[nn.Module, ...]) -> bool:
@@ -186,8 +196,9 @@ def run(stack: Stack) -> Tuple[List[torch.Tensor], List[KeysValues]]:
         `stack.x` `[qlen, bsz, d_model]`; returns outputs `[qlen, bsz, d_model]`.
     """
     qlen, bsz, d_model = stack.x.shape
+    x = stack.x.reshape(qlen * bsz, d_model).contiguous()
     outputs, projections = native_decoder_layer.decoder_layers(
-        stack.x.reshape(qlen * bsz, d_model).contiguous(), qlen, [step.arguments(stack.window) for step in stack.layers])
+        x, qlen, [step.arguments(stack.window) for step in stack.layers])
     keys_values = []
     for step, qkv in zip(stack.layers, projections):
         attn = step.parts.attn

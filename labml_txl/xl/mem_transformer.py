@@ -281,6 +281,8 @@ class MemTransformerLM(nn.Module):
         self._cache = {}
         # Keys and values of the memories, kept from the segment before in no-grad evaluation (`kv_memo.py`)
         self._kv_memo = KeyValueMemo()
+        # What the decoder-layer kernel reads of each layer, for calls of a few rows (`fused_step.py`)
+        self._fused_layers = fused_step.FusedLayers()
         # Per layer input, the append buffer whose window is the memory last returned (`append_buffer.py`)
         self._mem_buffers = {}
         self.impl = impl
@@ -304,6 +306,7 @@ class MemTransformerLM(nn.Module):
         """Forget the cached positions and masks, the kept keys and values and the memories' buffers."""
         self._cache = {}
         self._kv_memo.clear()
+        self._fused_layers.clear()
         self._mem_buffers = {}
 
     def _cached(self, plan: Plan, key: tuple, make):
@@ -492,8 +495,8 @@ class MemTransformerLM(nn.Module):
             return layer_in, position_args, mems_i, mems_kv
 
         # A few rows (generation's steps): every layer in one call of our kernel, where the dispatcher chooses it
-        stack = fused_step.chosen_stack(plan, self.layers, core_out, lambda i: layer_inputs(i, core_out)[1:],
-                                        self._attention_window(klen))
+        stack = self._fused_layers.chosen_stack(plan, self.layers, core_out, lambda i: layer_inputs(i, core_out)[1:],
+                                                self._attention_window(klen))
         if stack is not None:
             outputs, kvs = fused_step.run(stack)
             hids += outputs

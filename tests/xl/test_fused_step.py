@@ -1,8 +1,9 @@
 """
 The fused decoder layers (`xl/fused_step.py`, `native/decoder_layer.cpp`): segments of a few rows (generation's
-steps) run all layers in one call of the decoder-layer kernel. Against the plain path (`impl='reference'`: the original's computation, the
-memory joined and projected anew at every step) over many steps with memories, for each configuration it serves;
-then each reason it is refused, where the layer's modules run instead and give the plain path's numbers.
+steps) run all layers in one call of the decoder-layer kernel. Against the plain path (`impl='reference'`: the
+original's computation, the memory joined and projected anew at every step) over many steps with memories, for each
+configuration it serves; then each reason it is refused, where the layers' modules run instead and give the plain
+path's numbers.
 """
 from collections import Counter
 
@@ -202,3 +203,29 @@ def test_the_run_can_refuse_it(how, expected):
             layers = _layer_choices(_fast_choices(plain, fast, data, 1, grad=how == 'gradients'))
     assert len(layers) == (2 if how == 'dropout' else 3)
     assert all(c.chosen == 'modules' and expected in dict(c.refused)['fused'] for c in layers), layers
+
+
+def test_weights_changed_or_replaced_between_steps_are_the_ones_used():
+    """Between fused steps, a projection changed in place (the kept keys and values are then stale: that step's
+    memory is projected by the modules) and a parameter replaced by a new one (what the kernel reads is gathered
+    again): each step equals the plain path with the same change."""
+    plain, fast = _pair()
+    data = torch.randint(40, (6, 2), generator=torch.Generator().manual_seed(3))
+    plain_mems, fast_mems, chosen = None, None, []
+    with torch.no_grad():
+        for t in range(6):
+            if t == 2:
+                for model in (plain, fast):
+                    model.layers[0].dec_attn.qkv_net.weight.mul_(1.5)
+            if t == 4:
+                replacement = torch.randn(plain.layers[1].dec_attn.o_net.weight.shape)
+                for model in (plain, fast):
+                    model.layers[1].dec_attn.o_net.weight = torch.nn.Parameter(replacement.clone())
+            plain_log_probs, plain_mems = plain.log_probs(data[t:t + 1], plain_mems)
+            with dispatch.recording() as choices:
+                fast_log_probs, fast_mems = fast.log_probs(data[t:t + 1], fast_mems)
+            chosen += [c.chosen for c in _layer_choices(choices)]
+            torch.testing.assert_close(fast_log_probs, plain_log_probs, rtol=1e-5, atol=1e-5)
+    # (the in-place change leaves the keys and values kept before it stale for one step; the replaced parameter
+    # changes the layer's slots, so what the kernel reads is gathered again and the kept ones are stale too)
+    assert chosen == ['fused', 'fused', 'modules', 'fused', 'modules', 'fused']
