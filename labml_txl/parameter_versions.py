@@ -22,6 +22,8 @@ A `ParameterSnapshot` records a module tree's parameters and their versions once
 still the same tensors at the same versions without walking the tree again through `nn.Module.parameters()` (a
 generator over `named_modules`, which a one-token step would otherwise pay per layer).
 """
+import operator
+from itertools import chain
 from typing import List
 
 import torch
@@ -58,21 +60,17 @@ class ParameterSnapshot:
 
     def __init__(self, module: nn.Module):
         modules = list(module.modules())
-        # Per module its slot dictionaries and the identities they held; the objects themselves are held here, so
-        # that no new object takes one of those identities while the snapshot lives
-        self.slots = [(m._parameters, m._modules, _identities(m._parameters), _identities(m._modules))
-                      for m in modules]
-        self.held = modules + [p for m in modules for p in m._parameters.values()]
+        # Every module's parameter and submodule slot dictionaries, how many slots each has and what they all hold,
+        # in order (held here, so that no new object takes one of their identities while the snapshot lives)
+        self.slots: List[dict] = [slots for m in modules for slots in (m._parameters, m._modules)]
+        self.sizes: List[int] = list(map(len, self.slots))
+        self.held: List[object] = list(chain.from_iterable(slots.values() for slots in self.slots))
         self.parameters: List[torch.Tensor] = list(module.parameters())
         self.versions: List[int] = [p._version for p in self.parameters]
 
     def unchanged(self) -> bool:
         """Whether every slot holds what it held and every parameter is at the version it was at."""
-        for parameters, modules, parameter_ids, module_ids in self.slots:
-            if _identities(parameters) != parameter_ids or _identities(modules) != module_ids:
-                return False
-        return [p._version for p in self.parameters] == self.versions
-
-
-def _identities(slots: dict) -> tuple:
-    return tuple(map(id, slots.values()))
+        # (one pass over all slots in order, by identity: a one-token step asks this of every layer)
+        return (list(map(len, self.slots)) == self.sizes
+                and all(map(operator.is_, chain.from_iterable(slots.values() for slots in self.slots), self.held))
+                and [p._version for p in self.parameters] == self.versions)
