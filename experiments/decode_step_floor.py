@@ -5,7 +5,10 @@ Batch-1 generation spends most of a step outside the products (`docs/performance
 much of that any step written in Python would spend, in one process, interleaved (`benchmark.interleaved`), on the
 benchmark's model with a full memory of `gen_context` positions:
 
-* **model step**: `MemTransformerLM.log_probs` of one token, feeding its memories back, as `generate` does;
+* **model step**: `MemTransformerLM.log_probs` of one token, feeding its memories back, as `generate` does (its
+  layers in one call of the decoder-layer kernel, `xl/fused_step.py`);
+* **model step, layers by their modules**: the same on a copy of the model with a no-op hook on each layer, which
+  makes the dispatcher refuse the fused call: each layer runs its modules, each operation by its fastest path;
 * **lean step**: the same layers (Transformer-XL's relative attention, post-LN, ReLU feed-forward) written as bare
   tensor code for one token, with nothing else: no checks, dispatcher, modules, caches or memory update; the
   memory's keys and values and the projected distance table are given, and the products run our few-rows kernel;
@@ -21,6 +24,7 @@ these kernels could take.
     python experiments/decode_step_floor.py --quick      # tiny sizes, without torch.compile
 """
 import argparse
+import copy
 import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
@@ -32,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchmark import FULL, QUICK, BenchConfig, format_table, interleaved, make_xl  # noqa: E402
+from labml_txl import dispatch  # noqa: E402
 from labml_txl.native import few_rows_linear as native_few_rows  # noqa: E402
 from labml_txl.xl import MemTransformerLM  # noqa: E402
 
@@ -128,10 +133,15 @@ def measure(cfg: BenchConfig, compile_step: bool = True, repeats: int = 300) -> 
     model = make_xl(cfg, mem_len=cfg.gen_context).eval()
     model.reset_length(1, 0, cfg.gen_context)
     prompt = torch.randint(cfg.n_token, (cfg.gen_context, 1), generator=torch.Generator().manual_seed(5))
+    by_modules = copy.deepcopy(model)
+    for layer in by_modules.layers:
+        # (a hook on a layer, which the fused call would not run: the dispatcher refuses it, the modules run)
+        layer.register_forward_pre_hook(lambda module, args: None)
     _, mems = model.log_probs(prompt, None)
     token = torch.tensor([3])
     lean, product = LeanStep(model, mems), kernel_product()
-    expected = model.log_probs(token[None], mems)[0][0]
+    expected, next_mems = model.log_probs(token[None], mems)
+    expected = expected[0]
     steps = {'lean step': lambda: lean(token, product)}
     if compile_step:
         compiled = torch.compile(lean.__call__, fullgraph=True, dynamic=False,
@@ -141,11 +151,25 @@ def measure(cfg: BenchConfig, compile_step: bool = True, repeats: int = 300) -> 
     difference = max((step() - expected).abs().max().item() for step in steps.values())
     if difference > 1e-4:
         raise RuntimeError(f'the lean step does not compute the model\'s step: log-probabilities differ by {difference}')
-    state = {'mems': mems}
+    # Both models one token further, then a second token each: the path each takes, and the same numbers
+    _, by_modules_mems = by_modules.log_probs(prompt, None)
+    state = {model: next_mems, by_modules: by_modules.log_probs(token[None], by_modules_mems)[1]}
+    second = {}
+    for stepped, path in ((model, 'fused'), (by_modules, 'modules')):
+        with dispatch.recording() as choices:
+            second[path], state[stepped] = stepped.log_probs(token[None], state[stepped])
+        chosen = {c.chosen for c in choices if c.operation == 'decoder layers'}
+        if chosen != {path}:
+            raise RuntimeError(f'a model step meant to run its layers as {path!r} ran them as {chosen}')
+    if not torch.allclose(second['fused'], second['modules'], rtol=1e-5, atol=1e-5):
+        raise RuntimeError('the model step gives other numbers with its layers by their modules')
 
-    def model_step():
-        state['mems'] = model.log_probs(token[None], state['mems'])[1]
-    runners = {'model step': model_step, **steps, 'products alone': products_alone(model, product)}
+    def step_of(stepped: MemTransformerLM) -> Callable[[], None]:
+        def step():
+            state[stepped] = stepped.log_probs(token[None], state[stepped])[1]
+        return step
+    runners = {'model step': step_of(model), 'model step, layers by their modules': step_of(by_modules), **steps,
+               'products alone': products_alone(model, product)}
     seconds = interleaved(runners, repeats, warmup=20)
     return {**seconds, 'max |lean - model|': difference}
 
@@ -153,7 +177,8 @@ def measure(cfg: BenchConfig, compile_step: bool = True, repeats: int = 300) -> 
 def table(seconds: Dict[str, float]) -> str:
     model = seconds['model step']
     rows = [[name, f'{seconds[name] * 1e3:.2f} ms', f'{model / seconds[name]:.2f}x']
-            for name in ('model step', 'lean step', 'lean step, compiled', 'products alone') if name in seconds]
+            for name in ('model step', 'model step, layers by their modules', 'lean step', 'lean step, compiled',
+                         'products alone') if name in seconds]
     return format_table(rows, header=('one token, batch 1, full memory', 'median', 'model step / this'))
 
 
