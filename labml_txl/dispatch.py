@@ -14,8 +14,9 @@ specification), the layers in their modules. Faster implementations of the same 
 
 This module chooses among them, once per call, from the inputs and the state of the run: device, dtype, whether
 gradients are recorded, autocast, `torch.compile`, dropout, the mask. Model code asks it (`attend`, `linear`,
-`residual_layer_norm`, `dropout_path`, `decoder_layers`) and never tests that state itself. Each refused implementation has a reason,
-as `torch.nn.TransformerEncoderLayer` names why its fast path is not taken; `recording()` collects the choices:
+`residual_layer_norm`, `dropout_path`, `decoder_layers`) and never tests that state itself. Each refused
+implementation has a reason, as `torch.nn.TransformerEncoderLayer` names why its fast path is not taken;
+`recording()` collects the choices:
 
     with dispatch.recording() as choices:
         model(data, target)
@@ -362,8 +363,8 @@ def linear(plan: Plan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[tor
 def attention_kernel_refusal(plan: Plan, x: torch.Tensor, klen: int, terms: Optional[RelativeTerms],
                              window: Optional[int]) -> Optional[str]:
     """Why our attention kernel may not compute an attention of these `terms` over `klen` keys, each query seeing
-    `window` (None: not a decoder's window), on inputs like `x`, or None (for the fused step, which has no weights to
-    keep and no dropout on them)."""
+    `window` (None: not a decoder's window), on inputs like `x`, or None (for the fused call of `decoder_layers`,
+    which keeps no weights and runs no attention dropout)."""
     return _kernel_refusal(plan, x, klen, terms, window, [x] + ([] if terms is None else terms.tensors()))
 
 
