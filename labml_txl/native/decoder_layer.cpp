@@ -98,6 +98,5 @@ std::vector<torch::Tensor> decoder_layers(const torch::Tensor &x, int64_t qlen,
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("decoder_layer", &decoder_layer, "One Transformer-XL decoder layer for a few rows, float32, no gradients");
   m.def("decoder_layers", &decoder_layers, "Transformer-XL decoder layers one after another, for a few rows");
 }

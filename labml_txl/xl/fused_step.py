@@ -86,6 +86,8 @@ class LayerStep(NamedTuple):
     terms: RelativeTerms
     # The keys and values of the memory `[2, bsz, n_head, mlen, d_head]`, or None without a memory
     mems_kv: Optional[torch.Tensor]
+    # How many keys: the memory's and the segment's
+    klen: int
 
     def arguments(self, window: int) -> native_decoder_layer.LayerArguments:
         attn, ff, terms = self.parts.attn, self.parts.ff, self.terms
@@ -148,7 +150,8 @@ class FusedLayers:
                     return f'layer {i}: {parts.structure}'
                 position_args, mems, mems_kv = inputs_of(i)
                 klen = qlen + (0 if mems_kv is None else mems_kv.shape[3])
-                step = LayerStep(parts, parts.attn.position_terms(plan, qlen, klen, x, *position_args), mems_kv)
+                step = LayerStep(parts, parts.attn.position_terms(plan, qlen, klen, x, *position_args), mems_kv,
+                                 klen)
                 refusal = _refusal(plan, stack, step, mems)
                 if refusal is not None:
                     return f'layer {i}: {refusal}'
@@ -172,8 +175,7 @@ def _refusal(plan: Plan, stack: Stack, step: LayerStep, mems: Optional[torch.Ten
     """Why the kernel may not compute `step` in `stack`, of what may change between calls, or None."""
     if _has_hooks(step.parts.modules):
         return 'a module of the layer has hooks, which the fused call would not run'
-    klen = stack.x.shape[0] + (0 if step.mems_kv is None else step.mems_kv.shape[3])
-    attention = dispatch.attention_kernel_refusal(plan, stack.x, klen, step.terms, stack.window)
+    attention = dispatch.attention_kernel_refusal(plan, stack.x, step.klen, step.terms, stack.window)
     if attention is not None:
         return f'the attention kernel does not serve it: {attention}'
     if any(dropout.training and dropout.p > 0 for dropout in step.parts.dropouts):
@@ -202,8 +204,8 @@ def run(stack: Stack) -> Tuple[List[torch.Tensor], List[KeysValues]]:
     keys_values = []
     for step, qkv in zip(stack.layers, projections):
         attn = step.parts.attn
-        # The segment's keys and values as `XLAttentionBase._kv_heads` has them: `[2, bsz, n_head, qlen, d_head]`
-        kv = qkv.view(qlen, bsz, 3, attn.n_head, attn.d_head).permute(2, 1, 3, 0, 4)[1:]
+        # The segment's keys and values, $[W_k; W_v] x$, in the layout the modules give them
+        kv = attn._kv_heads(qkv.view(qlen, bsz, -1)[:, :, attn.n_head * attn.d_head:])
         keys_values.append(KeysValues(step.mems_kv, kv))
     return [out.view(qlen, bsz, d_model) for out in outputs], keys_values
 
