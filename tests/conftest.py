@@ -1,8 +1,69 @@
-"""Shared pytest fixtures."""
+"""Shared pytest fixtures, the `tf` marker, and the header that names the vector paths a run takes.
+
+How close results must be is `tolerance.py`'s policy (float64 for two implementations of one function, bounds
+derived from the dtype's epsilon where float32 is the point).
+"""
+import importlib.util
+import math
+import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+
+# How many tests marked `tf` were deselected, for the summary's line saying why
+_TF_DESELECTED = pytest.StashKey[int]()
+TF_REASON = ('they test the TensorFlow checkpoint converter and need the tf extra (TensorFlow, about 1.3 GB, not in '
+             '`make test`\'s environment); `make test-tf` installs it and runs them')
+
+
+def pytest_addoption(parser):
+    parser.addoption('--with-tf', action='store_true',
+                     help='run the tests marked tf (the TensorFlow checkpoint converter); TensorFlow must be installed '
+                          '(`make test-tf` installs requirements/tf.lock and passes this)')
+
+
+def pytest_configure(config):
+    config.addinivalue_line('markers', 'tf: needs TensorFlow (the tf extra); deselected unless --with-tf')
+    if config.getoption('--with-tf') and importlib.util.find_spec('tensorflow') is None:
+        raise pytest.UsageError('--with-tf runs the tests of the TensorFlow checkpoint converter, and TensorFlow is '
+                                'not installed here: `make test-tf` installs requirements/tf.lock, or pip install '
+                                "-e '.[tf]'")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without `--with-tf`, the tests marked `tf` are deselected (never skipped one by one, never passed without
+    TensorFlow), and the summary says why."""
+    if config.getoption('--with-tf'):
+        return
+    needs_tf = [item for item in items if item.get_closest_marker('tf')]
+    if needs_tf:
+        config.hook.pytest_deselected(items=needs_tf)
+        items[:] = [item for item in items if not item.get_closest_marker('tf')]
+        config.stash[_TF_DESELECTED] = len(needs_tf)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    deselected = config.stash.get(_TF_DESELECTED, 0)
+    if deselected:
+        terminalreporter.write_line(f'{deselected} tests marked tf deselected: {TF_REASON}', yellow=True)
+
+
+def _cpu_model() -> str:
+    try:
+        lines = Path('/proc/cpuinfo').read_text().splitlines()
+    except OSError:
+        return 'unknown CPU'
+    return next((line.split(':', 1)[1].strip() for line in lines if line.startswith('model name')), 'unknown CPU')
+
+
+def pytest_report_header(config):
+    """Which vector paths this run takes: the same suite runs a second time with AVX2's (`make test-avx2`)."""
+    from labml_txl.native import build
+    onednn = os.environ.get('ONEDNN_MAX_CPU_ISA', 'unlimited')
+    return [f'cpu: {_cpu_model()}; ATen kernels: {torch.backends.cpu.get_cpu_capability()}; oneDNN max ISA: '
+            f'{onednn}; our kernels: -march={build.target_arch()}']
 
 
 @pytest.fixture
@@ -49,6 +110,22 @@ def hf_on_current_torch(monkeypatch):
 
     monkeypatch.setattr(torch.Tensor, 'type_as', type_as_or_dtype)
 
+
+@pytest.fixture
+def hf_in_float64(hf_on_current_torch, monkeypatch):
+    """Hugging Face's TransfoXL in float64: transformers 4.44.2 fills the masked scores of a float32 copy with the
+    lowest float64 (`attn_score.float().masked_fill(mask, torch.finfo(attn_score.dtype).min)`), which torch refuses
+    (overflow). For these tests only, a finite fill beyond a tensor's range fills with its dtype's lowest (highest)
+    value: what that line means, a score of probability zero; nothing else changes."""
+    masked_fill = torch.Tensor.masked_fill
+
+    def masked_fill_within_range(self, mask, value):
+        if isinstance(value, float) and math.isfinite(value) and self.is_floating_point() \
+                and abs(value) > torch.finfo(self.dtype).max:
+            value = math.copysign(torch.finfo(self.dtype).max, value)
+        return masked_fill(self, mask, value)
+
+    monkeypatch.setattr(torch.Tensor, 'masked_fill', masked_fill_within_range)
 
 @pytest.fixture
 def count_kernel_calls(monkeypatch):
