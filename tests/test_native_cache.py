@@ -180,3 +180,17 @@ def test_a_kernel_is_keyed_and_built_with_the_files_it_includes(tmp_path, monkey
     second = kernel_cache.cached_or_built('including', folder / 'main.cpp', [], [], compile_in)
     assert first != second
     assert builds == [(first, ['leaf.cpp', 'main.cpp', 'part.cpp']), (second, ['leaf.cpp', 'main.cpp', 'part.cpp'])]
+
+
+def test_the_kernels_pass_their_first_checks_under_a_float64_default_dtype():
+    """A kernel's first check runs float32 inputs whatever the default dtype: under `torch.set_default_dtype(
+    torch.float64)` (a float64 experiment) the checks once compared float64 inputs, failed, and left every kernel
+    off for the rest of the process. In a new process, since a process checks each kernel once."""
+    script = ('import warnings, torch\n'
+              'torch.set_default_dtype(torch.float64)\n'
+              'from labml_txl.native import prepare_kernels\n'
+              'with warnings.catch_warnings():\n'
+              '    warnings.simplefilter("error")\n'
+              '    assert prepare_kernels()\n')
+    done = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

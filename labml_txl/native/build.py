@@ -3,7 +3,8 @@ r"""
 
 A kernel here is one C++ file beside this module (which may include others beside it: `decoder_layer.cpp` calls
 the kernels it includes), compiled by `torch.utils.cpp_extension.load` the first time it is needed (about half a
-minute) for the machine it runs on (`-march=native`), and kept in a cache on disk (`kernel_cache.py`: keyed by the
+minute) for the machine it runs on (`-march=native`; `LABML_TXL_NATIVE_ARCH=x86-64-v3` builds for another target,
+as the suite's AVX2 pass does on an AVX-512 machine), and kept in a cache on disk (`kernel_cache.py`: keyed by the
 sources, the flags, the CPU and the versions of PyTorch and Python; never left half-built or locked by a process
 that died), so later processes, from any checkout, only load it.
 
@@ -15,6 +16,7 @@ Either way the callers then run the PyTorch path they had before: slower, the sa
 """
 import contextlib
 import os
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -27,6 +29,8 @@ from . import kernel_cache
 
 # The environment variable that turns the kernels off, and the value that does it
 DISABLE_VARIABLE = 'LABML_TXL_NATIVE'
+# The environment variable that names the instruction set the kernels are compiled for (`-march=`), and its default
+ARCH_VARIABLE, DEFAULT_ARCH = 'LABML_TXL_NATIVE_ARCH', 'native'
 
 # Each kernel's module (or None where it could not be built), by name and defines, once tried
 _loaded: Dict[Tuple[str, ...], Optional[ModuleType]] = {}
@@ -112,6 +116,15 @@ def load_kernel(name: str, defines: Tuple[str, ...] = ()) -> Optional[ModuleType
     return module
 
 
+def target_arch() -> str:
+    """The compiler's `-march=` target: `LABML_TXL_NATIVE_ARCH`, else `native` (this machine's every feature)."""
+    arch = os.environ.get(ARCH_VARIABLE, '').strip() or DEFAULT_ARCH
+    if not re.fullmatch(r'[A-Za-z0-9][A-Za-z0-9_.+-]*', arch):
+        raise ValueError(f'{ARCH_VARIABLE}={arch!r} is not a -march= target; give one gcc accepts, such as '
+                         f'native (the default), x86-64-v3 (AVX2) or x86-64-v4 (AVX-512)')
+    return arch
+
+
 def _build(name: str, defines: Tuple[str, ...]) -> Optional[ModuleType]:
     from torch.utils import cpp_extension
 
@@ -119,7 +132,7 @@ def _build(name: str, defines: Tuple[str, ...]) -> Optional[ModuleType]:
         return cpp_extension.load(module_name, [str(source)], extra_cflags=cflags, extra_ldflags=ldflags,
                                   build_directory=str(folder), verbose=False)
 
-    cflags = ['-O3', '-march=native', '-fopenmp'] + [f'-D{define}' for define in defines]
+    cflags = ['-O3', f'-march={target_arch()}', '-fopenmp'] + [f'-D{define}' for define in defines]
     ldflags = ['-fopenmp', '-ldl']
     _ensure_ninja_on_path()
     try:

@@ -85,7 +85,7 @@ def _check(module) -> bool:
     generator = torch.Generator().manual_seed(0)
 
     def randn(*shape):
-        return torch.randn(*shape, generator=generator)
+        return torch.randn(*shape, generator=generator, dtype=torch.float32)
 
     qlen, bsz, heads, d_head, d, d_inner, mlen = 2, 2, 2, 4, 6, 10, 5
     inner, klen = heads * d_head, mlen + qlen

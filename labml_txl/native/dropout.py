@@ -52,7 +52,7 @@ def reference_draws(numel: int, seed: int) -> torch.Tensor:
 
 def _check(module) -> bool:
     """The kernel's masks against `reference_draws` on a size that ends inside a block and inside a number."""
-    x = torch.randn(3, 1031, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(3, 1031, generator=torch.Generator().manual_seed(0), dtype=torch.float32)
     seed, threshold, scale = 0x5DEECE66D, 20000, 1.25
     expected = torch.where(reference_draws(x.numel(), seed).view_as(x) < threshold, 0.0, x * scale)
     return first_result_matches('dropout', lambda: module.dropout(x, seed, threshold, scale), lambda: expected)

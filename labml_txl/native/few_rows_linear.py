@@ -29,7 +29,7 @@ def _check(module) -> bool:
     """Run the kernel once on a small input (with a tail of output features beyond the blocks of four) and compare
     with `F.linear` and a ReLU."""
     generator = torch.Generator().manual_seed(0)
-    x, weight, bias = (torch.randn(*shape, generator=generator) for shape in ((3, 37), (10, 37), (10,)))
+    x, weight, bias = (torch.randn(*shape, generator=generator, dtype=torch.float32) for shape in ((3, 37), (10, 37), (10,)))
     return first_result_matches('few-rows linear', lambda: module.few_rows_linear(x, weight, bias, True),
                                 lambda: torch.relu(F.linear(x, weight, bias)))
 

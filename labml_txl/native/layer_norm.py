@@ -18,8 +18,8 @@ from .build import checked_kernel, first_result_matches
 def _check(module) -> bool:
     """Run the kernel once on a small input and compare with PyTorch's `layer_norm` of the sum."""
     generator = torch.Generator().manual_seed(0)
-    x, residual = torch.randn(5, 3, 24, generator=generator), torch.randn(5, 3, 24, generator=generator)
-    weight, bias = torch.randn(24, generator=generator), torch.randn(24, generator=generator)
+    x, residual = torch.randn(5, 3, 24, generator=generator, dtype=torch.float32), torch.randn(5, 3, 24, generator=generator, dtype=torch.float32)
+    weight, bias = torch.randn(24, generator=generator, dtype=torch.float32), torch.randn(24, generator=generator, dtype=torch.float32)
     return first_result_matches('residual layer-norm',
                                 lambda: module.residual_layer_norm(x, residual, weight, bias, 1e-5),
                                 lambda: F.layer_norm(residual + x, (24,), weight, bias, 1e-5))
