@@ -196,25 +196,37 @@ def _clone_layers(layer: nn.Module, n_layers: int) -> nn.ModuleList:
     return nn.ModuleList([copy.deepcopy(layer) for _ in range(n_layers)])
 
 
+def _final_norm(layer: nn.Module, stack: str, eps: float) -> nn.Module:
+    """The norm after a stack of `layer`s: of the layer's kind (`norm_name`, as `TransformerLayer` says), else a
+    LayerNorm as labml_nn's stacks have, over the layer's width `size`."""
+    size = getattr(layer, 'size', None)
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+        raise TypeError(f"the layers of a {stack} say their width in `size` (a positive int, as TransformerLayer and "
+                        f"labml_nn's layers do); {type(layer).__name__} has size={size!r}")
+    return make_norm(getattr(layer, 'norm_name', 'layer_norm'), size, eps=eps)
+
+
 class Encoder(nn.Module):
     """
-    `n_layers` copies of an encoder `TransformerLayer`, then a final layer norm.
+    `n_layers` copies of an encoder layer, then a final layer norm.
 
     Args:
-        layer: the layer to copy.
+        layer: the layer to copy: a `TransformerLayer`, or any module labml_nn's `Encoder` takes (called as
+            `layer(x=x, mask=mask)`, its width in `layer.size`, as labml_nn's `GMLPBlock`).
         n_layers: number of layers.
         final_norm: whether to normalise the output (pre-norm stacks need it; `torch.nn.Transformer` always has it).
-        layer_norm_eps: the $\\epsilon$ of the final norm (of the layers' kind, `norm`).
+        layer_norm_eps: the $\\epsilon$ of the final norm (of the layers' kind, `norm`; LayerNorm for a layer that
+            does not say).
 
     Shape:
         `x` `[seq_len, batch, d_model]`, `mask` `[seq_len or 1, seq_len, batch or 1]`; output as `x`.
     """
 
-    def __init__(self, layer: TransformerLayer, n_layers: int, final_norm: bool = True, layer_norm_eps: float = 1e-5):
+    def __init__(self, layer: nn.Module, n_layers: int, final_norm: bool = True, layer_norm_eps: float = 1e-5):
         super().__init__()
         require_bool('final_norm', final_norm)
         self.layers = _clone_layers(layer, n_layers)
-        self.norm = make_norm(layer.norm_name, layer.size, eps=layer_norm_eps) if final_norm else nn.Identity()
+        self.norm = _final_norm(layer, 'Encoder', eps=layer_norm_eps) if final_norm else nn.Identity()
 
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         for layer in self.layers:
@@ -227,10 +239,12 @@ class Decoder(nn.Module):
     `n_layers` copies of a decoder `TransformerLayer`, then a final layer norm.
 
     Args:
-        layer: the layer to copy (built with `src_attn`).
+        layer: the layer to copy: a `TransformerLayer` built with `src_attn`, or any module labml_nn's `Decoder` takes
+            (called as `layer(x=x, mask=tgt_mask, src=memory, src_mask=src_mask)`, its width in `layer.size`).
         n_layers: number of layers.
         final_norm: whether to normalise the output.
-        layer_norm_eps: the $\\epsilon$ of the final norm (of the layers' kind, `norm`).
+        layer_norm_eps: the $\\epsilon$ of the final norm (of the layers' kind, `norm`; LayerNorm for a layer that
+            does not say).
 
     Shape:
         `x` `[tgt_len, batch, d_model]`, `memory` `[src_len, batch, d_model]`,
@@ -238,13 +252,13 @@ class Decoder(nn.Module):
         output as `x`.
     """
 
-    def __init__(self, layer: TransformerLayer, n_layers: int, final_norm: bool = True, layer_norm_eps: float = 1e-5):
+    def __init__(self, layer: nn.Module, n_layers: int, final_norm: bool = True, layer_norm_eps: float = 1e-5):
         super().__init__()
-        if layer.src_attn is None:
+        if isinstance(layer, TransformerLayer) and layer.src_attn is None:
             raise ValueError("a Decoder needs decoder layers: the layer given has src_attn=None")
         require_bool('final_norm', final_norm)
         self.layers = _clone_layers(layer, n_layers)
-        self.norm = make_norm(layer.norm_name, layer.size, eps=layer_norm_eps) if final_norm else nn.Identity()
+        self.norm = _final_norm(layer, 'Decoder', eps=layer_norm_eps) if final_norm else nn.Identity()
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, src_mask: Optional[torch.Tensor] = None,
                 tgt_mask: Optional[torch.Tensor] = None) -> torch.Tensor:

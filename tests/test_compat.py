@@ -79,6 +79,42 @@ safetensors.torch.save_file(registered['model'].state_dict(), 'trained.safetenso
 print('RESULT', json.dumps({'uuid': experiment.get_uuid(), 'step': tracker.get_global_step()}))
 '''
 
+# labml_nn's gMLP experiment, its `GMLPBlock` as the encoder layer of this package's TransformerConfigs (what its own
+# `transformer` option does with labml_nn's), at a test's size. Its gating unit has a weight per pair of positions, so
+# it takes inputs of at most `seq_len`, and the script samples a prompt of 6 characters and 25 more between epochs
+GMLP = PROLOGUE + '''
+from labml.internal.experiment import global_params_singleton
+from labml_nn.transformers.gmlp import GMLPBlock, experiment as gmlp
+
+
+@option(gmlp.Configs.transformer, 'labml_txl_gmlp')
+def _labml_txl_gmlp_transformer(c):
+    conf = _labml_txl_transformer(c)
+    conf.encoder_layer = c.gmlp
+    return conf
+
+
+global_params_singleton().configs = {
+    'transformer': 'labml_txl_gmlp', 'transformer.n_layers': 2, 'd_model': 16, 'd_ffn': 32, 'seq_len': 32,
+    'batch_size': 8, 'epochs': 1, 'inner_iterations': 1, 'device.use_cuda': False}
+models = {}
+add_pytorch_models = experiment.add_pytorch_models
+def recording(registered):
+    models.update(registered)
+    models['initial'] = {k: v.clone() for k, v in registered['model'].state_dict().items()}
+    add_pytorch_models(registered)
+experiment.add_pytorch_models = recording
+
+gmlp.main()
+model = models['model']
+trained = model.state_dict()
+print('RESULT', json.dumps({
+    'encoder': type(model.encoder).__module__, 'layers': sorted({type(l).__name__ for l in model.encoder.layers}),
+    'final_norm': type(model.encoder.norm).__name__, 'step': tracker.get_global_step(),
+    'trained': any(not torch.equal(models['initial'][k], trained[k]) for k in trained),
+    'finite': all(torch.isfinite(v).all().item() for v in trained.values())}))
+'''
+
 LOAD = PROLOGUE + '''
 import safetensors.torch
 from labml_nn.sampling import experiment_tiny
@@ -120,6 +156,18 @@ def test_labml_nn_autoregressive_experiment_saves_and_its_sampler_loads_the_mode
     loaded = safetensors.torch.load_file(tmp_path / 'loaded.safetensors')
     assert loaded.keys() == trained.keys() and all(torch.equal(loaded[k], trained[k]) for k in trained)
     assert loading_run == {'step': trained_run['step'], 'encoder': 'labml_txl.models'}
+
+
+def test_labml_nns_gmlp_experiment_trains_its_block_through_our_configs(tmp_path):
+    """labml_nn's gMLP experiment with this package's TransformerConfigs: its `GMLPBlock` becomes our `Encoder`'s
+    layer (which once asked every layer for our `norm_name`), and one epoch trains it."""
+    (tmp_path / 'data').mkdir()
+    (tmp_path / 'data' / 'tiny_shakespeare.txt').write_text(load_tiny_shakespeare()[:3000])
+    n_train_sequences = (int(0.9 * 3000) - 1) // 32
+
+    run = _run(GMLP, tmp_path)
+    assert run == {'encoder': 'labml_txl.models', 'layers': ['GMLPBlock'], 'final_norm': 'LayerNorm',
+                   'step': n_train_sequences * 32, 'trained': True, 'finite': True}
 
 
 def test_the_opt_in_adds_the_calls_to_labml():

@@ -17,6 +17,7 @@ from labml_txl.feed_forward import FeedForward
 from labml_txl.mha import MultiHeadAttention
 from labml_txl.models import EmbeddingsWithPositionalEncoding, TransformerLayer
 from labml_txl.rotary_mha import RotaryMultiHeadAttention
+from tolerance import assert_same_function
 
 OPTIONS = {'d_model': 16, 'n_heads': 4, 'n_layers': 2, 'ffn.d_ff': 24, 'n_src_vocab': 11, 'n_tgt_vocab': 13}
 GLU_VARIANTS = ['none', 'GLU', 'Bilinear', 'ReGLU', 'GEGLU', 'SwiGLU']
@@ -66,8 +67,22 @@ def load_theirs(ours: nn.Module, theirs: nn.Module) -> nn.Module:
     return ours.eval()
 
 
-def assert_same(got: torch.Tensor, expected: torch.Tensor, tolerance: float = 1e-10):
-    torch.testing.assert_close(got, expected, rtol=tolerance, atol=tolerance)
+def assert_same(got: torch.Tensor, expected: torch.Tensor):
+    """Both sides in float64: the same function (tolerance.py's rule 1)."""
+    assert_same_function(got, expected)
+
+
+def rotary_tables_in_float64(attention: LabmlNNRotary, seq_len: int) -> LabmlNNRotary:
+    """labml_nn builds its rotation tables with `.float()` whatever the dtype of the queries (`_build_cache`): here
+    they are built by its own lines in float64, before its first call, which keeps them (`seq_len` fits); the rest
+    of its computation follows the queries' dtype."""
+    for rope in (attention.query_rotary_pe, attention.key_rotary_pe):
+        theta = 1. / (rope.base ** (torch.arange(0, rope.d, 2, dtype=torch.float64) / rope.d))
+        idx_theta = torch.einsum('n,d->nd', torch.arange(seq_len, dtype=torch.float64), theta)
+        idx_theta2 = torch.cat([idx_theta, idx_theta], dim=1)
+        rope.cos_cached = idx_theta2.cos()[:, None, None, :]
+        rope.sin_cached = idx_theta2.sin()[:, None, None, :]
+    return attention
 
 
 def padding_mask(lengths, seq_k: int) -> torch.Tensor:
@@ -107,21 +122,24 @@ def test_labml_nns_embeddings_load_and_embed_alike(labml_experiment, embed):
         assert_same(our_embed(tokens), their_embed(tokens))
 
 
-@pytest.mark.parametrize('build,tolerance', [
-    (lambda: (AlibiMultiHeadAttention(4, 16, dropout_prob=0.0), LabmlNNAlibi(4, 16, dropout_prob=0.0)), 1e-10),
-    # labml_nn computes the rotation angles in float32 whatever the dtype of the queries
-    (lambda: (RotaryMultiHeadAttention(4, 16, dropout_prob=0.0, rotary_fraction=0.5),
-              LabmlNNRotary(4, 16, rope_percentage=0.5)), 1e-5),
+@pytest.mark.parametrize('build', [
+    lambda: (AlibiMultiHeadAttention(4, 16, dropout_prob=0.0), LabmlNNAlibi(4, 16, dropout_prob=0.0)),
+    # labml_nn computes the rotation angles in float32 whatever the dtype of the queries: its tables are built in
+    # float64 below
+    lambda: (RotaryMultiHeadAttention(4, 16, dropout_prob=0.0, rotary_fraction=0.5),
+             LabmlNNRotary(4, 16, rope_percentage=0.5)),
 ], ids=['alibi', 'rotary'])
-def test_labml_nns_positional_attentions_load_by_the_same_names(build, tolerance):
+def test_labml_nns_positional_attentions_load_by_the_same_names(build):
     """labml_nn's ALiBi and RoPE attentions (the options its experiments register) have only the projections of its
     `MultiHeadAttention`: their state_dicts load into ours the same way."""
     ours, theirs = build()
     theirs = randomise(theirs)
     ours = load_theirs(ours, theirs)
     x, mask = torch.randn(6, 2, 16, dtype=torch.float64), subsequent_mask(6)
+    if isinstance(theirs, LabmlNNRotary):
+        rotary_tables_in_float64(theirs, seq_len=6)
     with torch.no_grad():
-        assert_same(ours(query=x, key=x, value=x, mask=mask), theirs(query=x, key=x, value=x, mask=mask), tolerance)
+        assert_same(ours(query=x, key=x, value=x, mask=mask), theirs(query=x, key=x, value=x, mask=mask))
 
 
 def test_ff_input_is_labml_nns(labml_experiment):
@@ -204,3 +222,36 @@ def test_our_own_state_dicts_keep_their_names_and_load(labml_experiment):
         assert not torch.allclose(model(src, tgt, None, subsequent_mask(4)), expected)
         model.load_state_dict(state_dict, strict=True)
         assert_same(model(src, tgt, None, subsequent_mask(4)), expected)
+
+
+def test_a_labml_nn_gmlp_block_stacks_in_our_encoder_as_in_labml_nns():
+    """labml_nn's experiments put layers of their own into `TransformerConfigs` (gMLP's `GMLPBlock` as the encoder
+    layer): our `Encoder` takes any layer labml_nn's takes (called with `x` and `mask`, its width in `size`, a
+    LayerNorm after the stack) and computes what labml_nn's computes with the same weights; in float64, the same
+    function (tolerance.py's rule 1)."""
+    from labml_nn.transformers.gmlp import GMLPBlock
+    from labml_nn.transformers.models import Encoder as LabmlNNEncoder
+    from labml_txl.models import Encoder
+
+    block = GMLPBlock(d_model=16, d_ffn=32, seq_len=6).double()
+    ours, theirs = Encoder(block, n_layers=2).double(), LabmlNNEncoder(block, n_layers=2).double()
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.normal_()
+    ours.load_state_dict(theirs.state_dict(), strict=True)
+    x, mask = torch.randn(6, 3, 16, dtype=torch.float64), subsequent_mask(6)
+    assert isinstance(ours.norm, nn.LayerNorm)
+    assert_same_function(ours(x, mask), theirs(x=x, mask=mask))
+
+
+def test_a_layer_without_its_width_is_refused_naming_size():
+    from labml_txl.models import Decoder, Encoder
+
+    class Widthless(nn.Module):
+        def forward(self, *, x, mask=None):
+            return x
+
+    for stack in (Encoder, Decoder):
+        with pytest.raises(TypeError, match=f'the layers of a {stack.__name__} say their width in `size`.*'
+                                            f'Widthless has size=None'):
+            stack(Widthless(), n_layers=2)
