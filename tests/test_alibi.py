@@ -11,6 +11,8 @@ from labml_txl.alibi_mha import AlibiMultiHeadAttention, alibi_slopes
 from labml_txl.attention_mask import subsequent_mask
 from labml_txl.configs import TransformerConfigs
 
+from tolerance import assert_close_rounding, assert_same_function
+
 
 def _paper_slopes(n: int):
     """The rule of the paper's code: a geometric sequence starting at and with ratio $2^{-8/n}$ for a power of two;
@@ -24,12 +26,22 @@ def _paper_slopes(n: int):
     return power_of_2(closest) + _paper_slopes(2 * closest)[0::2][:n - closest]
 
 
+def _ratio(actual, expected):
+    """`actual / expected` elementwise, in float64: slopes compared relatively (they run from 2^-0.5 to 2^-8)."""
+    return torch.tensor(actual, dtype=torch.float64) / torch.tensor(expected, dtype=torch.float64)
+
+
 @pytest.mark.parametrize('heads', [8, 12, 16, 1, 2, 6])
 def test_slopes_are_the_papers(heads):
-    assert alibi_slopes(heads) == pytest.approx(_paper_slopes(heads), rel=1e-12)
-    assert alibi_slopes(heads) == pytest.approx(get_slopes(heads).tolist(), rel=1e-6)
+    ones = torch.ones(heads, dtype=torch.float64)
+    # Rule 1: Python floats (float64) both, relative
+    assert_same_function(_ratio(alibi_slopes(heads), _paper_slopes(heads)), ones)
+    # Rule 2 (labml_nn computes them in float32): m_0 rounded to float32, then raised to an exponent of at most
+    # `heads` (which multiplies that rounding) and rounded once more: relative depth heads + 1
+    assert_close_rounding(_ratio(get_slopes(heads).tolist(), alibi_slopes(heads)), ones, depth=heads + 1,
+                          magnitude=1.0, dtype=torch.float32)
     if heads == 8:
-        assert alibi_slopes(8) == pytest.approx([2 ** -h for h in range(1, 9)], rel=1e-12)
+        assert_same_function(_ratio(alibi_slopes(8), [2 ** -h for h in range(1, 9)]), ones)
 
 
 def test_alibi_attention_equals_labml_nns_with_the_same_weights():
@@ -45,8 +57,11 @@ def test_alibi_attention_equals_labml_nns_with_the_same_weights():
     x = torch.randn(9, 3, 16)
     mask = subsequent_mask(9)
     with torch.no_grad():
-        torch.testing.assert_close(ours(query=x, key=x, value=x, mask=mask),
-                                   theirs(query=x, key=x, value=x, mask=mask), rtol=1e-5, atol=1e-5)
+        # Rule 2 (labml_nn's slopes are float32): the projections over d_model 16, q.k over d_k 4, the slope's
+        # relative rounding (heads + 1, as above) and its product with the distance, the softmax and the weighted
+        # sum over 9 keys, the output projection over 16
+        assert_close_rounding(ours(query=x, key=x, value=x, mask=mask), theirs(query=x, key=x, value=x, mask=mask),
+                              depth=16 + 4 + (4 + 1) + 1 + 9 + 9 + 16)
 
 
 def test_alibi_scores_are_the_dot_product_less_the_scaled_distance():
@@ -54,11 +69,13 @@ def test_alibi_scores_are_the_dot_product_less_the_scaled_distance():
     attn = AlibiMultiHeadAttention(2, 8).double()
     q, k = torch.randn(2, 1, 2, 4, dtype=torch.float64), torch.randn(5, 1, 2, 4, dtype=torch.float64)
     scores = attn.get_scores(q, k)
+    expected = torch.empty(2, 5, 1, 2, dtype=torch.float64)
     for i in range(2):
         for j in range(5):
             for h in range(2):
-                expected = float(q[i, 0, h] @ k[j, 0, h]) - alibi_slopes(2)[h] * abs(3 + i - j) * 2.0
-                assert float(scores[i, j, 0, h]) == pytest.approx(expected, abs=1e-12)
+                expected[i, j, 0, h] = float(q[i, 0, h] @ k[j, 0, h]) - alibi_slopes(2)[h] * abs(3 + i - j) * 2.0
+    # Rule 1: float64 both
+    assert_same_function(scores, expected)
 
 
 class _Configs(BaseConfigs):

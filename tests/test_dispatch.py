@@ -18,6 +18,7 @@ from labml_txl.relative_mha import RelativeMultiHeadAttention
 from labml_txl.xl import MemTransformerLM
 from labml_txl.xl.rel_partial_learnable_attn import RelPartialLearnableMultiHeadAttn
 
+from tolerance import assert_close_rounding, assert_same_function, rounding_bound, xl_depths
 from xl.helpers import small_config
 
 
@@ -199,10 +200,25 @@ def _leaves(q, k, values, terms, case):
     return [q, k, values] + ([] if terms is None or case.get('fixed_terms') else terms.tensors())
 
 
-def _assert_close_to(actual, expected, dtype):
-    """Within float rounding of `dtype`, relative to the largest entry of `expected` (at least 1)."""
-    bound = (1e-10 if dtype == torch.float64 else 1e-5) * max(expected.abs().max().item(), 1.0)
-    assert (actual.double() - expected.double()).abs().max().item() <= bound
+def _assert_close_to(actual, expected, dtype, depth):
+    """In float64 the same function (rule 1, `tolerance.py`); where `dtype` is float32 (the inputs', or the scores'
+    rounding), within float32's rounding of `depth` additions (rule 2)."""
+    if dtype == torch.float64:
+        assert_same_function(actual, expected)
+    else:
+        assert_close_rounding(actual, expected, depth=depth, dtype=dtype)
+
+
+def _depths(case, d=D, qlen=QLEN, klen=QLEN + MLEN, batch=BATCH):
+    """Rule 2's depths of the attention's output (and weights) and of the gradients. Forward: a score's `d`
+    products and its terms' two additions, the softmax's normaliser and the weighted values over `klen` keys, and
+    the rotation's three roundings (cos and sin, the two products, their sum) where the terms rotate. Backward: the
+    weights' gradient dO V^T (`d`) and the softmax's sum over the keys, then the longest of the inputs' own sums,
+    a bias's (over the batch's queries, each query's a sum over the keys and two products added), and the
+    rotation's again."""
+    rotation = 3 if case['terms'] == 'rotary' else 0
+    forward = d + 2 + 2 * klen + rotation
+    return forward, forward + d + klen + klen + 1 + batch * qlen + rotation
 
 
 @pytest.mark.parametrize('case', CASES.values(), ids=CASES.keys())
@@ -237,12 +253,13 @@ def test_each_implementation_equals_the_pairwise_computation_and_the_reference(c
     assert choice.chosen == case['chosen'] and reference_choice.chosen == 'reference'
     assert out.shape == (QLEN, BATCH, HEADS * D) and out.dtype == case['dtype']
     expected, expected_weights = _naive(q, k, values, 0.4, masked, terms, 2.0 if case.get('get_scores') else 1.0)
-    _assert_close_to(out, expected, precision)
-    _assert_close_to(out, reference_out, case['dtype'])
+    depth, gradient_depth = _depths(case)
+    _assert_close_to(out, expected, precision, depth)
+    _assert_close_to(out, reference_out, case['dtype'], depth)
     if case.get('need_weights'):
         assert weights.shape == (QLEN, QLEN + MLEN, BATCH, HEADS)
-        _assert_close_to(weights, expected_weights, precision)
-        _assert_close_to(weights, reference_weights, case['dtype'])
+        _assert_close_to(weights, expected_weights, precision, depth)
+        _assert_close_to(weights, reference_weights, case['dtype'], depth)
     else:
         assert weights is None
     if not case['grad']:
@@ -252,8 +269,8 @@ def test_each_implementation_equals_the_pairwise_computation_and_the_reference(c
     reference_grads = torch.autograd.grad(reference_out, leaves, grad_out)
     expected_grads = torch.autograd.grad(expected, leaves, grad_out.double())
     for grad, reference_grad, expected_grad in zip(grads, reference_grads, expected_grads):
-        _assert_close_to(grad, expected_grad, precision)
-        _assert_close_to(grad, reference_grad, case['dtype'])
+        _assert_close_to(grad, expected_grad, precision, gradient_depth)
+        _assert_close_to(grad, reference_grad, case['dtype'], gradient_depth)
 
 
 def test_sdpa_and_the_reference_agree_in_bfloat16():
@@ -266,10 +283,13 @@ def test_sdpa_and_the_reference_agree_in_bfloat16():
         reference_out, _, _ = _run(case, q, k, values, terms, masked, 'reference')
     assert choice.chosen == 'sdpa' and 'float32' in dict(choice.refused)['kernel']
     expected, _ = _naive(q, k, values, 0.4, masked, terms)
-    scale = expected.abs().max().item()
+    # Rule 2 with bfloat16's epsilon (`tolerance.py`): the products accumulate in float32, and each step's output
+    # rounds to bfloat16: the two biased queries, the content and the position products, the terms' two additions,
+    # the scaling, the softmax and the weighted values (the longest path, the reference's: 9)
+    bound = rounding_bound(torch.bfloat16, 9, max(1.0, expected.abs().max().item()))
     for result in (out, reference_out):
         assert result.dtype == torch.bfloat16
-        assert (result.double() - expected).abs().max().item() <= 0.05 * scale
+        assert (result.double() - expected).abs().max().item() <= bound
 
 
 def test_attention_dropout_in_training_runs_the_composite_with_its_masks():
@@ -297,9 +317,11 @@ def test_attention_dropout_in_training_runs_the_composite_with_its_masks():
     assert 0 < dropped.sum() < (undropped != 0).sum()
     scale = 1 / (1 - round(0.3 * 2 ** 16) / 2 ** 16)
     kept = torch.where(dropped, 0.0, undropped * scale)
-    _assert_close_to(weights, kept, torch.float32)
+    # (the attention's depth and the dropout's scaling)
+    depth = _depths(CASES['kernel'])[0] + 1
+    _assert_close_to(weights, kept, torch.float32, depth)
     expected = torch.einsum('ijbn,bnjd->ibnd', kept, values.double()).reshape(QLEN, BATCH, HEADS * D)
-    _assert_close_to(out, expected, torch.float32)
+    _assert_close_to(out, expected, torch.float32, depth)
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64], ids=['kernel-masks', '16-bit-masks'])
@@ -324,7 +346,8 @@ def test_attention_dropout_draws_the_same_masks_whichever_implementation_runs(sh
     _, undropped = _naive(q, k, values, 0.4, masked, terms)
     dropped = (weights == 0) & (undropped != 0)
     assert dropped.any() and torch.equal(dropped, (reference_weights == 0) & (undropped != 0))
-    _assert_close_to(out, reference_out, dtype)
+    # (the attention's depth and the dropout's scaling)
+    _assert_close_to(out, reference_out, dtype, _depths(dict(terms='decoder'), d, qlen, klen, batch)[0] + 1)
 
 
 def test_recording_collects_the_choices_made_inside_its_block():
@@ -418,7 +441,9 @@ def test_the_models_impl_chooses_the_reference_everywhere(attn_type, qlen, produ
     assert ('attention', 'reference') not in chosen['auto'] and ('linear', product) in chosen['auto']
     fused = product == 'few rows' and attn_type in (0, 1)
     assert ('decoder layers', 'fused' if fused else 'modules') in chosen['auto']
-    torch.testing.assert_close(losses['auto'], losses['reference'], rtol=1e-5, atol=1e-5)
+    # (two float32 paths; no memory: qlen keys)
+    assert_close_rounding(losses['auto'], losses['reference'], depth=xl_depths(small_config(), qlen)[1])
+
 
 
 class _DistancePenalisedXLAttention(RelPartialLearnableMultiHeadAttn):
@@ -451,9 +476,8 @@ def test_the_xl_attentions_have_the_score_hook_too():
     data = torch.randint(40, (5, 2))
     with torch.no_grad(), dispatch.recording() as choices:
         (expected, *mems), (got, *hooked_mems) = plain(data, data), hooked(data, data)
-        torch.testing.assert_close(hooked(data, data, *hooked_mems)[0], plain(data, data, *mems)[0], rtol=0,
-                                   atol=1e-12)
-    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+        assert_same_function(hooked(data, data, *hooked_mems)[0], plain(data, data, *mems)[0])
+    assert_same_function(got, expected)
     attention = [c for c in choices if c.operation == 'attention']
     # Each call of the hooked layers (2 layers, 2 segments) by the reference, saying why; the plain ones not
     hooked_choices = [c for c in attention if c.chosen == 'reference']

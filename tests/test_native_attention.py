@@ -18,6 +18,7 @@ from labml_txl.native import build
 from labml_txl.relative_attention import masked_softmax, relative_attention_scores, relative_shift
 from labml_txl.xl import MemTransformerLM
 
+from tolerance import assert_close_rounding, assert_same_function, xl_depths
 from xl.helpers import plain_and_fast, small_config
 
 
@@ -54,6 +55,12 @@ def _plain_attention(q, k, values, table, content_bias, position_bias, entry_bia
     weights = masked_softmax(score * scale, mask[:, :, None, None])
     out = torch.einsum('ijbn,jbnd->ibnd', weights, v_)
     return out.reshape(out.shape[0], out.shape[1], -1)
+
+
+def _depth(q, k):
+    """Rule 2's depth of the attention's output (`tolerance.py`): a score's `d_head` products and its three terms'
+    two additions, then the softmax's normaliser and the weighted sum of the values, over `klen` keys each."""
+    return q.shape[-1] + 2 + 2 * k.shape[-2]
 
 
 def _inputs(batch, heads, qlen, mlen, d_head, seed=0, table_extra=1):
@@ -122,7 +129,7 @@ def test_kernel_equals_the_plain_computation(shape, biases):
         assert torch.equal(native_attention.causal_relative_attention(q, k, values, table, a, b, 0.3, c), out)
     expected = _plain_attention(q, k, values, table, a, b, c, 0.3)
     assert out.shape == expected.shape and out.dtype == torch.float32
-    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+    assert_close_rounding(out, expected, depth=_depth(q, k))
 
 
 @pytest.mark.parametrize('window', [None, 30])
@@ -132,9 +139,11 @@ def test_the_first_checks_expectation_is_the_plain_computation(window):
     q, k, values, table, a, b, c = _inputs(2, 3, 37, 40, 8)
     expected = _plain_attention(q, k, values, table, a, b, c, 0.3,
                                 None if window is None else decoder_window_mask(37, 77, window))
-    reference = native_attention._reference(q, k, values, table, a, b, c, 0.3, 77 if window is None else window)
+    # (the same function: the reference in float64 too)
+    reference = native_attention._reference(*(t.double() for t in (q, k, values, table, a, b, c)), 0.3,
+                                            77 if window is None else window)
     assert reference.shape == (37, 2, 3, 8)
-    torch.testing.assert_close(reference.flatten(-2).double(), expected, rtol=1e-5, atol=1e-5)
+    assert_same_function(reference.flatten(-2), expected)
 
 
 def test_portable_build_equals_the_plain_computation(monkeypatch):
@@ -153,8 +162,7 @@ def test_portable_build_equals_the_plain_computation(monkeypatch):
                                                              window, k_memory=k[:, :, :40],
                                                              values_memory=values[:, :, :40])
         mask = decoder_window_mask(37, 77, window)
-        torch.testing.assert_close(out.double(), _plain_attention(q, k, values, table, a, b, c, 0.3, mask),
-                                   rtol=1e-5, atol=1e-5)
+        assert_close_rounding(out, _plain_attention(q, k, values, table, a, b, c, 0.3, mask), depth=_depth(q, k))
         _assert_gradients_match_the_plain_computation((q, k, values, table, a, b, c), 0.3, window=window,
                                                       memory_rows=40)
 
@@ -178,9 +186,8 @@ def test_kernel_reads_keys_and_values_in_two_parts(qlen, memory_rows):
         with torch.no_grad():
             out = native_attention.causal_relative_attention(q, k_segment, v_segment, table, a, b, 0.3, c, window,
                                                              k_memory=k_memory, values_memory=v_memory)
-        torch.testing.assert_close(out.double(), _plain_attention(q, k, values, table, a, b, c, 0.3,
-                                                                  decoder_window_mask(qlen, klen, window)),
-                                   rtol=1e-5, atol=1e-5)
+        assert_close_rounding(out, _plain_attention(q, k, values, table, a, b, c, 0.3,
+                                                    decoder_window_mask(qlen, klen, window)), depth=_depth(q, k))
 
 
 def test_kernel_reads_strided_tables_and_biases():
@@ -191,8 +198,7 @@ def test_kernel_reads_strided_tables_and_biases():
     assert not table_view.is_contiguous() and not entry_view.is_contiguous()
     with torch.no_grad():
         out = native_attention.causal_relative_attention(q, k, values, table_view, a, None, 0.5, entry_view)
-    torch.testing.assert_close(out.double(), _plain_attention(q, k, values, table, a, None, c, 0.5),
-                               rtol=1e-5, atol=1e-5)
+    assert_close_rounding(out, _plain_attention(q, k, values, table, a, None, c, 0.5), depth=_depth(q, k))
 
 
 def test_kernel_refuses_inconsistent_shapes_with_a_message():
@@ -227,8 +233,7 @@ def test_kernel_with_same_length_windows_equals_the_plain_computation(qlen, mlen
         attended, _ = dispatch.attend(Plan.now(q.device), q, k, values, scale=0.3, masked=mask,
                                       terms=RelativeTerms(table, a, b, c))
     assert torch.equal(attended, out)
-    torch.testing.assert_close(out.double(), _plain_attention(q, k, values, table, a, b, c, 0.3, mask),
-                               rtol=1e-5, atol=1e-5)
+    assert_close_rounding(out, _plain_attention(q, k, values, table, a, b, c, 0.3, mask), depth=_depth(q, k))
 
 
 def _gradients(inputs, out, grad_out):
@@ -240,8 +245,8 @@ def _gradients(inputs, out, grad_out):
 
 def _assert_gradients_match_the_plain_computation(inputs, scale, window=None, memory_rows=0):
     """The kernel's output and the gradients of every input (float32) against autograd through
-    `_plain_attention` in float64, at 1e-5 of each gradient's largest entry. With `memory_rows`, the keys and
-    values go to the kernel in two parts, memory and segment, as a model passes them."""
+    `_plain_attention` in float64, within float32's rounding of each (`_gradient_depths`). With `memory_rows`, the
+    keys and values go to the kernel in two parts, memory and segment, as a model passes them."""
     q, k, values, table, a, b, c = inputs
     qlen, klen = q.shape[-2], k.shape[-2]
     mask = _original_mask(qlen, klen - qlen) if window is None else decoder_window_mask(qlen, klen, window)
@@ -262,14 +267,26 @@ def _assert_gradients_match_the_plain_computation(inputs, scale, window=None, me
     reference_leaves = [None if t is None else t.detach().double().requires_grad_() for t in inputs]
     expected = _plain_attention(*reference_leaves, scale, mask)
     expected_grads = _gradients(reference_leaves, expected, grad_out.double())
-    torch.testing.assert_close(out.double(), expected.detach(), rtol=1e-5, atol=1e-5)
+    assert_close_rounding(out, expected.detach(), depth=_depth(q, k))
+    depths = _gradient_depths(q.shape[0], qlen, klen, q.shape[-1])
     for name, grad, expected_grad in zip(['q', 'k', 'values', 'table', 'a', 'b', 'c'], grads, expected_grads):
         if expected_grad is None:
             # (the table's entries past the keys: no key reads them)
             assert grad is None or not grad.any(), name
             continue
-        bound = 1e-5 * max(expected_grad.abs().max().item(), 1.0)
-        assert (grad.double() - expected_grad).abs().max().item() <= bound, name
+        assert_close_rounding(grad, expected_grad, depth=depths[name], msg=name)
+
+
+def _gradient_depths(batch, qlen, klen, d_head):
+    r"""Rule 2's depth of each input's gradient: the scores' gradient $G$ comes through the forward pass's weights
+    (a score, `d_head + 2`, and the normaliser, `klen`), the weights' gradient $dO\,V^\top$ (`d_head`) and the
+    softmax's sum over the keys (`klen`); then each input's own sum: over the keys for the queries' (two products
+    added), over the queries for the keys' and the values' (the values' from the forward weights alone), over the
+    batch and the queries for the table's and the biases' (each row's, for the content and position biases that
+    of a query, a sum over the keys)."""
+    scores = 2 * d_head + 2 + 2 * klen
+    return dict(q=scores + klen + 1, k=scores + qlen, values=d_head + 2 + klen + qlen, table=scores + batch * qlen,
+                a=scores + klen + 1 + batch * qlen, b=scores + klen + 1 + batch * qlen, c=scores + batch * qlen)
 
 
 @pytest.mark.parametrize('biases', BIASES.values(), ids=BIASES.keys())
@@ -400,15 +417,35 @@ def test_kernel_serves_only_float32_cpu_under_a_window_mask():
         assert 'disabled' in _kernel_refusal(_decision(q, k, values, table, a, b, masked=causal)[0])
 
 
+def _model_depths(config, batch=1):
+    """Rule 2's depths (`tolerance.py`) for a `MemTransformerLM` of `config` over segments of `tgt_len` (by `batch`)
+    behind `mem_len` keys of memory: of each memory (each layer's input) and of the losses; and of one training step
+    (forward, backward and the update) of the weights and of the gradients the next step computes from them."""
+    d_model, d_head, heads, klen = config['d_model'], config['d_head'], config['n_head'], config['mem_len'] + \
+        config['tgt_len']
+    inputs, loss = xl_depths(config, klen)
+    # Backward, the same products transposed: the joint projection's input gradient sums its 3 * heads * d_head
+    # outputs; the attention's dO V^T (d_head), the softmax's sum and G K (klen each); the output projection's and the
+    # feed-forward's (d_model, d_inner, d_model), the layer norms' two sums each; the logits' over n_token. A
+    # weight's gradient then sums over the rows (tgt_len * batch) and the relative terms' over the keys too; the
+    # update rounds once
+    backward_layer = 3 * heads * d_head + d_head + 2 * klen + 2 * d_model + config['d_inner'] + 4 * d_model + 2
+    step = loss + config['n_token'] + config['n_layer'] * backward_layer + config['tgt_len'] * batch + klen + 1
+    return inputs, loss, step
+
+
 @pytest.mark.parametrize('overrides', [dict(attn_type=0), dict(attn_type=1), dict(attn_type=0, same_length=True),
                                        dict(attn_type=1, same_length=True, mem_len=3)],
                          ids=lambda c: '-'.join(f'{k}={v}' for k, v in c.items()))
 def test_model_evaluation_through_the_kernel_equals_the_plain_path(overrides):
     """Both relative attention types in evaluation, with and without `same_length`: each layer's attention runs in
     the kernel, and losses and memories match the plain path over segments that carry memories (of 20 rows: more
-    than the fused decoder layer takes, so each attention is chosen)."""
+    than the fused decoder layer takes, so each attention is chosen). The plain path in float64: the float32 kernel
+    within float32's rounding of the exact computation."""
     config = small_config(**overrides)
     plain, fast = (model.eval() for model in plain_and_fast(**overrides))
+    plain.double()
+    inputs_depths, loss_depth, _ = _model_depths(config)
     data = torch.randint(40, (16, 4))
     plain_mems, fast_mems = [], []
     plain_choices, fast_choices = [], []
@@ -421,9 +458,9 @@ def test_model_evaluation_through_the_kernel_equals_the_plain_path(overrides):
             with dispatch.recording() as choices:
                 fast_loss, *fast_mems = fast(x, y, *fast_mems)
             fast_choices += _attention_choices(choices)
-            torch.testing.assert_close(fast_loss, plain_loss, rtol=1e-5, atol=1e-5)
-            for a, b in zip(fast_mems, plain_mems):
-                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+            assert_close_rounding(fast_loss, plain_loss, depth=loss_depth)
+            for a, b, depth in zip(fast_mems, plain_mems, inputs_depths, strict=True):
+                assert_close_rounding(a, b, depth=depth)
     assert [c.chosen for c in fast_choices] == ['kernel'] * (3 * config['n_layer'])
     assert [c.chosen for c in plain_choices] == ['reference'] * (3 * config['n_layer'])
 
@@ -434,11 +471,14 @@ def test_model_evaluation_through_the_kernel_equals_the_plain_path(overrides):
 def test_model_training_through_the_kernel_equals_the_plain_path(overrides):
     """Training steps (forward, backward, SGD) over segments that carry memories: each layer's attention runs in
     the kernel and its backward pass, and the losses, the gradients of every parameter and the weights after
-    each step match the plain path."""
+    each step match the plain path (in float64: the float32 kernel within float32's rounding of the exact
+    training)."""
     config = small_config(**overrides)
     plain, fast = plain_and_fast(**overrides)
+    plain.double()
     optimizers = [torch.optim.SGD(model.parameters(), lr=0.1) for model in (plain, fast)]
     data = torch.randint(40, (16, 3))
+    _, loss_depth, step_depth = _model_depths(config, batch=data.shape[1])
     plain_mems, fast_mems = [], []
     fast_choices = []
     for s in range(3):
@@ -447,16 +487,17 @@ def test_model_training_through_the_kernel_equals_the_plain_path(overrides):
         with dispatch.recording() as choices:
             fast_loss, *fast_mems = fast(x, y, *fast_mems)
         fast_choices += _attention_choices(choices)
-        torch.testing.assert_close(fast_loss, plain_loss, rtol=1e-5, atol=1e-5)
+        # (each step's weights carry the rounding of the steps before: step s starts s steps' depth deep)
+        assert_close_rounding(fast_loss, plain_loss, depth=s * step_depth + loss_depth)
         plain_loss.mean().backward()
         fast_loss.mean().backward()
         for (name, a), b in zip(fast.named_parameters(), plain.parameters()):
-            torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=name)
+            assert_close_rounding(a.grad, b.grad, depth=(s + 1) * step_depth, msg=name)
         for optimizer in optimizers:
             optimizer.step()
             optimizer.zero_grad()
         for a, b in zip(fast.parameters(), plain.parameters()):
-            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+            assert_close_rounding(a, b, depth=(s + 1) * step_depth)
     assert [c.chosen for c in fast_choices] == ['kernel'] * (3 * config['n_layer'])
 
 
@@ -477,7 +518,9 @@ def test_disabled_block_runs_the_pytorch_path_and_ends_with_it():
             assert choice.chosen != 'kernel' and 'disabled' in _kernel_refusal(choice)
         assert _decision(q, k, values, table, None, b, masked=causal) == (dispatch.Choice('attention', 'kernel'), 8)
         with dispatch.recording() as after:
-            torch.testing.assert_close(model(data[:5], data[1:])[0], without, rtol=1e-5, atol=1e-5)
+            # (no memory: each query sees at most the segment's 5 keys)
+            assert_close_rounding(model(data[:5], data[1:])[0], without,
+                                  depth=_model_depths(small_config(mem_len=0))[1])
     assert [c.chosen for c in _attention_choices(after)] == ['kernel'] * small_config()['n_layer']
 
 
@@ -522,7 +565,9 @@ def test_a_failed_build_warns_with_the_compilers_error_and_falls_back(monkeypatc
     with torch.no_grad(), pytest.warns(RuntimeWarning, match='could not build its residual_layer_norm kernel'):
         with dispatch.recording() as choices:
             fast_loss = fast(data[:5], data[1:])[0]
-        torch.testing.assert_close(fast_loss, plain(data[:5], data[1:])[0], rtol=1e-5, atol=1e-5)
+        # (two float32 paths; no memory: each query sees at most the segment's 5 keys)
+        assert_close_rounding(fast_loss, plain(data[:5], data[1:])[0],
+                              depth=_model_depths(small_config(mem_len=0))[1])
     attention = _attention_choices(choices)
     assert attention and all(c.chosen == 'sdpa' and 'could not be built' in _kernel_refusal(c) for c in attention)
     norms = [c for c in choices if c.operation == 'residual layer norm']
@@ -552,8 +597,7 @@ def _assert_the_dispatcher_does_not_use_the_kernel():
                                      terms=RelativeTerms(table, a, b, c))
         (choice,) = choices
         assert choice.chosen != 'kernel' and 'failed its first check' in _kernel_refusal(choice)
-        torch.testing.assert_close(out.double(), _plain_attention(q, k, values, table, a, b, c, 0.3).detach(),
-                                   rtol=1e-5, atol=1e-5)
+        assert_close_rounding(out, _plain_attention(q, k, values, table, a, b, c, 0.3).detach(), depth=_depth(q, k))
 
 
 def test_a_kernel_with_wrong_gradients_is_not_used(monkeypatch, fresh_kernels):

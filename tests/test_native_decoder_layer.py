@@ -9,6 +9,8 @@ import torch
 from labml_txl.native import decoder_layer as native_decoder_layer
 from labml_txl.native.decoder_layer import LayerArguments, _reference
 
+from tolerance import assert_close_rounding
+
 
 def _layer(qlen=2, bsz=3, heads=2, d_head=4, d=8, d_inner=12, mlen=6, pre_lnorm=False, memory=True, entry_bias=True,
            window=None, seed=0):
@@ -33,6 +35,40 @@ def _layer(qlen=2, bsz=3, heads=2, d_head=4, d=8, d_inner=12, mlen=6, pre_lnorm=
     return randn(qlen * bsz, d), layer
 
 
+def _double(layer):
+    """The layer's arguments in float64, for the exact computation to compare the float32 kernel with."""
+    def double(t):
+        return None if t is None else t.double()
+
+    return layer._replace(**{name: double(getattr(layer, name)) for name in (
+        'qkv_weight', 'o_weight', 'w1', 'b1', 'w2', 'b2', 'k_memory', 'v_memory', 'table', 'content_bias',
+        'position_bias', 'entry_bias')}, norm1=(*map(double, layer.norm1[:2]), layer.norm1[2]),
+                          norm2=(*map(double, layer.norm2[:2]), layer.norm2[2]))
+
+
+def _depths(x, layer):
+    """Rule 2's depths (`tolerance.py`) of the layer's projections and of its output: the projections read `x` or,
+    pre-LN, its layer norm (mean and variance, d_model each, and the affine step's two roundings), a sum over
+    d_model; the output adds the attention (a score's d_head products and its terms' two additions, the softmax's
+    normaliser and the weighted sum over klen keys), the output projection (heads * d_head), the feed-forward
+    network (d_model, d_inner), two residual additions and the other norm."""
+    d, d_head = x.shape[1], layer.table.shape[-1]
+    klen = layer.table.shape[1]
+    norm = 2 * d + 2
+    qkv = norm + d
+    return qkv, qkv + d_head + 2 + 2 * klen + layer.o_weight.shape[1] + d + layer.w1.shape[0] + 2 + norm
+
+
+def _assert_the_kernels_layer(x, qlen, layer, out, qkv):
+    """The kernel's output and projections (float32) against the same layer in float64."""
+    qkv_depth, out_depth = _depths(x, layer)
+    exact = _double(layer)
+    assert_close_rounding(out, _reference(x.double(), qlen, exact), depth=out_depth)
+    projected = torch.nn.functional.layer_norm(x.double(), (x.shape[1],), *exact.norm1) if layer.pre_lnorm \
+        else x.double()
+    assert_close_rounding(qkv, projected @ exact.qkv_weight.T, depth=qkv_depth)
+
+
 @pytest.fixture(autouse=True)
 def _kernel():
     assert native_decoder_layer.kernel_available(), 'the decoder-layer kernel must build here'
@@ -46,9 +82,7 @@ def _kernel():
 def test_the_kernel_computes_the_layer(shape, pre_lnorm):
     x, layer = _layer(pre_lnorm=pre_lnorm, **shape)
     (out,), (qkv,) = native_decoder_layer.decoder_layers(x, shape['qlen'], [layer])
-    torch.testing.assert_close(out, _reference(x, shape['qlen'], layer), rtol=1e-5, atol=1e-5)
-    projected = torch.nn.functional.layer_norm(x, (x.shape[1],), *layer.norm1) if pre_lnorm else x
-    torch.testing.assert_close(qkv, projected @ layer.qkv_weight.T, rtol=1e-5, atol=1e-5)
+    _assert_the_kernels_layer(x, shape['qlen'], layer, out, qkv)
 
 
 def test_each_layer_takes_the_last_ones_output():
@@ -57,9 +91,8 @@ def test_each_layer_takes_the_last_ones_output():
     layers = [first, _layer(seed=2, pre_lnorm=True)[1], _layer(seed=3, memory=False, entry_bias=False)[1]]
     outputs, projections = native_decoder_layer.decoder_layers(x, 2, layers)
     for layer, out, qkv in zip(layers, outputs, projections):
-        torch.testing.assert_close(out, _reference(x, 2, layer), rtol=1e-5, atol=1e-5)
-        projected = torch.nn.functional.layer_norm(x, (x.shape[1],), *layer.norm1) if layer.pre_lnorm else x
-        torch.testing.assert_close(qkv, projected @ layer.qkv_weight.T, rtol=1e-5, atol=1e-5)
+        # (each layer from the kernel's output of the last: one layer's rounding)
+        _assert_the_kernels_layer(x, 2, layer, out, qkv)
         x = out
 
 

@@ -11,6 +11,8 @@ from labml_txl import dispatch, native
 from labml_txl.dropout import Dropout, relu_dropout_
 from labml_txl.native import dropout as native_dropout
 
+from tolerance import assert_close_rounding
+
 
 def test_reference_generator_is_splitmix64():
     """The first five outputs of SplitMix64 seeded with 1234567, as published with its reference implementation,
@@ -38,7 +40,9 @@ def test_relu_dropout_keeps_a_nan_as_relu_does():
     x = torch.tensor([float('nan'), -1.0, 2.0, 0.5] * 64)
     kept = native_dropout.reference_draws(x.numel(), 7) >= 30000
     expected = torch.where(kept, torch.relu(x) * 1.5, 0.0)
-    torch.testing.assert_close(native_dropout.relu_dropout_(x.clone(), 7, 30000, 1.5), expected, equal_nan=True)
+    # (one multiplication, correctly rounded in both: the same numbers)
+    torch.testing.assert_close(native_dropout.relu_dropout_(x.clone(), 7, 30000, 1.5), expected, rtol=0, atol=0,
+                               equal_nan=True)
     assert expected.isnan().any()
 
 
@@ -63,11 +67,13 @@ def test_dropout_draws_its_mask_by_the_kernel_and_again_in_the_backward_pass(cou
     grad = torch.randn_like(x)
     out.backward(grad)
     # Forward and backward (the kernel again, from the seed: no mask kept): the gradient passes exactly where the
-    # output kept the input, scaled alike
+    # output kept the input, scaled alike: by the scale 1 / (1 - p') in float32, p' = round(0.3 * 2^16) / 2^16,
+    # which the output shows to its rounding (the product's and the quotient's that recovers it: rule 2's depth 2)
     assert calls == {'dropout': 2}
     kept = out != 0
-    scale = out[kept] / x.detach()[kept]
-    torch.testing.assert_close(x.grad, torch.where(kept, grad * scale[0], 0.0), rtol=0, atol=0)
+    scale = torch.tensor(1 / (1 - round(0.3 * 2 ** 16) / 2 ** 16), dtype=torch.float32)
+    assert_close_rounding(out[kept] / x.detach()[kept], scale.expand(int(kept.sum())), depth=2)
+    torch.testing.assert_close(x.grad, torch.where(kept, grad * scale, 0.0), rtol=0, atol=0)
     # The fused ReLU and dropout, and its backward from the output
     h = torch.randn(64, 33, requires_grad=True)
     relu_dropout_(h * 1.0, Dropout(0.3).train()).sum().backward()
@@ -121,5 +127,6 @@ def test_second_derivatives_through_masks_drawn_by_the_kernel():
         # The scaled mask where the output kept a positive or nonzero input, else 0
         passed = (out != 0).detach()
         scale = (out[passed] / x[passed]).detach()
-        torch.testing.assert_close(grad_v[passed], scale, rtol=1e-6, atol=0)
+        # (the scale that the output shows, to its rounding: the product's and the quotient's, rule 2's depth 2)
+        assert_close_rounding(grad_v[passed], scale, depth=2)
         assert 0 < passed.sum() < passed.numel() and not grad_v[~passed].any()

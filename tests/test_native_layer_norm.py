@@ -13,6 +13,7 @@ from labml_txl.dispatch import Plan
 from labml_txl.native import layer_norm as module_under_test
 
 from dispatch_helpers import one_choice
+from tolerance import assert_close_rounding, rounding_bound, xl_depths
 from xl.helpers import plain_and_fast, small_config
 
 
@@ -57,9 +58,12 @@ def test_kernel_equals_pytorchs_two_passes(kernel_calls, shape, eps):
     assert kernel_calls == [shape, shape]
     assert out.dtype == torch.float32
     # As close to the exact normalisation as PyTorch's float32 `LayerNorm` is (the offset makes float32's
-    # rounding of the sum show): within twice its largest error
+    # rounding of the sum show): within twice its largest error; and since PyTorch's may happen to be exact where
+    # the kernel's is not, beyond that the roundings after the sums at the output's size (rule 2, `tolerance.py`):
+    # the reciprocal square root's two, the scaling, the weight's and the bias's
+    floor = rounding_bound(torch.float32, 5, max(1.0, expected.abs().max().item()))
     pytorch_error = (pytorch.double() - expected).abs().max().item()
-    assert (out.double() - expected).abs().max().item() <= 2 * pytorch_error + 1e-6
+    assert (out.double() - expected).abs().max().item() <= 2 * pytorch_error + floor
 
 
 def test_pytorchs_passes_run_where_the_kernel_does_not_serve(kernel_calls):
@@ -93,19 +97,22 @@ def test_pytorchs_passes_run_where_the_kernel_does_not_serve(kernel_calls):
     assert kernel_calls == []
 
 
+
 @pytest.mark.parametrize('attn_type', [0, 1, 2])
 def test_model_evaluation_normalises_each_residual_in_one_pass(kernel_calls, attn_type):
     """Post-LN layers: two residual layer norms a layer (attention and feed-forward), equal to the plain path (20
-    rows: more than the fused decoder layer takes, so each norm is chosen)."""
+    rows: more than the fused decoder layer takes, so each norm is chosen), within float32's rounding of the plain
+    path in float64."""
     config = small_config(attn_type=attn_type)
     plain, fast = (model.eval() for model in plain_and_fast(attn_type=attn_type))
+    plain.double()
     data = torch.randint(40, (6, 4))
     with torch.no_grad():
         with dispatch.recording() as plain_choices:
             plain_loss = plain(data[:5], data[1:])[0]
         with dispatch.recording() as fast_choices:
             fast_loss = fast(data[:5], data[1:])[0]
-        torch.testing.assert_close(fast_loss, plain_loss, rtol=1e-5, atol=1e-5)
+        assert_close_rounding(fast_loss, plain_loss, depth=xl_depths(config, 5)[1])
     assert len(kernel_calls) == 2 * config['n_layer']
 
     def norms(choices):

@@ -12,6 +12,8 @@ from labml_txl.configs import TransformerConfigs
 from labml_txl.positional_encoding import rotate
 from labml_txl.rotary_mha import RotaryMultiHeadAttention
 
+from tolerance import assert_close_rounding, assert_same_function
+
 
 @pytest.mark.parametrize('d_rotary', [8, 4])
 def test_rotation_equals_labml_nn(d_rotary):
@@ -19,7 +21,11 @@ def test_rotation_equals_labml_nn(d_rotary):
     first `d_rotary` features."""
     x = torch.randn(7, 2, 3, 8)
     expected = RotaryPositionalEmbeddings(d_rotary)(x)
-    torch.testing.assert_close(rotate(x, torch.arange(7), d_rotary), expected, rtol=1e-6, atol=1e-6)
+    # Rule 2 (labml_nn builds its angles in float32 only): its angle m theta carries 4 float32 roundings (theta's
+    # division, power and reciprocal, then the product), each relative to |m theta| <= 6, so depth 4 * 6; then cos
+    # and sin, the two products and their sum, 3 more; the terms are |x1| + |x2| <= 2 max |x|
+    assert_close_rounding(rotate(x, torch.arange(7), d_rotary), expected, depth=4 * 6 + 3,
+                          magnitude=2 * x.abs().max().item())
 
 
 def test_rotated_scores_depend_on_the_distance_only():
@@ -27,7 +33,8 @@ def test_rotated_scores_depend_on_the_distance_only():
     positions = torch.arange(5)
     scores = torch.einsum('ibhd,jbhd->ijbh', rotate(q, positions, 8), rotate(k, positions, 8))
     shifted = torch.einsum('ibhd,jbhd->ijbh', rotate(q, positions + 11, 8), rotate(k, positions + 11, 8))
-    torch.testing.assert_close(shifted, scores, rtol=0, atol=1e-12)
+    # Rule 1: float64 both (the identity of the scores at positions shifted by 11)
+    assert_same_function(shifted, scores)
 
 
 def _naive(attn: RotaryMultiHeadAttention, query, key, value, mask):
@@ -72,7 +79,8 @@ def test_rotary_attention_equals_a_naive_loop(seq_q, seq_k, fraction, impl, chos
     with torch.no_grad(), dispatch.recording() as choices:
         out = attn(query=query, key=key, value=value, mask=mask)
         expected = _naive(attn, query, key, value, mask)
-    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+    # Rule 1: float64 both
+    assert_same_function(out, expected)
     assert attn.d_rotary == (8 if fraction == 1.0 else 4)
     assert [c.chosen for c in choices if c.operation == 'attention'] == [chosen]
 
@@ -88,7 +96,8 @@ def test_rotary_gradients_of_the_fast_path_equal_the_references():
         attn(query=x, key=x, value=x, mask=mask).square().sum().backward()
         grads[impl] = [p.grad for p in attn.parameters()]
     for fast, reference in zip(grads['auto'], grads['reference']):
-        torch.testing.assert_close(fast, reference, rtol=0, atol=1e-12)
+        # Rule 1: float64 both
+        assert_same_function(fast, reference)
 
 
 def test_rotary_fraction_is_checked():

@@ -11,6 +11,7 @@ from labml_txl.configs import TransformerConfigs, TransformerXLConfigs
 from labml_txl.mha import MultiHeadAttention
 from labml_txl.relative_mha import RelativeMultiHeadAttention
 from labml_txl.xl import MemTransformerLM
+from tolerance import SAME_FUNCTION
 
 PRESETS_MD = Path(__file__).resolve().parent / 'reference' / 'xl' / 'presets.md'
 
@@ -113,7 +114,7 @@ def test_relative_option_of_transformer_configs_builds_the_relative_attention(at
     conf = TransformerConfigs()
     labml_experiment.configs(conf, {'encoder_attn': attention, 'src_embed': 'no_pos', 'd_model': 16,
                                     'n_heads': 4, 'n_layers': 2, 'n_src_vocab': 10, 'dropout': 0.0})
-    encoder = conf.encoder.eval()
+    encoder = conf.encoder.eval().double()
     expected_class = RelativeMultiHeadAttention if attention == 'relative' else MultiHeadAttention
     assert all(type(layer.self_attn) is expected_class for layer in encoder.layers)
     with torch.no_grad():
@@ -122,10 +123,11 @@ def test_relative_option_of_transformer_configs_builds_the_relative_attention(at
                 # u and v start at zero; make them count
                 torch.nn.init.normal_(layer.self_attn.r_w_bias)
                 torch.nn.init.normal_(layer.self_attn.r_r_bias)
-        x = conf.src_embed(torch.randint(10, (7, 2)))
+        x = conf.src_embed.double()(torch.randint(10, (7, 2)))
         out, reversed_out = encoder(x), encoder(x.flip(0))
-    assert out.shape == (7, 2, 16) and torch.isfinite(out).all()
-    # Without position embeddings, plain attention is order-blind (reversing the input reverses the output);
-    # relative attention sees the order through the distances i - j
-    order_blind = torch.allclose(reversed_out.flip(0), out, atol=1e-5)
+    assert out.shape == (7, 2, 16) and out.dtype == torch.float64 and torch.isfinite(out).all()
+    # Without position embeddings, plain attention is order-blind (reversing the input reverses the output: the same
+    # function in float64, tolerance.py's rule 1); relative attention sees the order through the distances i - j
+    order_blind = torch.allclose(reversed_out.flip(0), out, rtol=0,
+                                 atol=SAME_FUNCTION * max(1.0, out.abs().max().item()))
     assert order_blind == (attention == 'mha')

@@ -1,8 +1,8 @@
 """
 Hugging Face TransfoXL folders, against transformers 4.44.2 itself: random `TransfoXLLMHeadModel`s of small
 WikiText-103-like shapes (three tail clusters) saved by Hugging Face load here with the same log-probabilities over
-three segments with memories, and models saved here load in Hugging Face with the same log-probabilities; bad
-folders are refused, naming what is wrong.
+three segments with memories, and models saved here load in Hugging Face with the same log-probabilities (both
+in float64: the same function, tolerance.py's rule 1); bad folders are refused, naming what is wrong.
 """
 import json
 import re
@@ -15,14 +15,15 @@ from transformers.models.deprecated.transfo_xl import TransfoXLConfig, TransfoXL
 from labml_txl import dispatch
 from labml_txl.xl import MemTransformerLM
 from labml_txl.xl.hf_format import WeightFiles
+from tolerance import assert_same_function
 
 N_TOKEN = 100
 # Three tail clusters, as WikiText-103's [20000, 40000, 200000]
 CUTOFFS = [20, 40, 70]
 BSZ, SEGMENT, N_SEGMENTS = 2, 5, 3
-ATOL = 1e-5
 
 pytestmark = pytest.mark.filterwarnings('ignore:The output of TransfoXL will be updated:DeprecationWarning')
+
 
 
 def raises(exception, *fragments):
@@ -63,7 +64,7 @@ def segments(seed: int = 1) -> torch.Tensor:
 def hf_log_probs(model: TransfoXLLMHeadModel, data: torch.Tensor) -> list:
     """Hugging Face's log-probabilities `[SEGMENT, BSZ, N_TOKEN]` of each segment, with memories."""
     # Empty memories to start with, as ours (Hugging Face's own `init_mems` would be mem_len zero vectors)
-    mems = [torch.empty(0, BSZ, model.config.d_model) for _ in range(model.config.n_layer)]
+    mems = [torch.empty(0, BSZ, model.config.d_model, dtype=model.dtype) for _ in range(model.config.n_layer)]
     out = []
     with torch.no_grad():
         for segment in data:
@@ -86,6 +87,15 @@ def max_difference(a: list, b: list) -> float:
     return max((x - y).abs().max().item() for x, y in zip(a, b))
 
 
+def assert_same_log_probs(hf: TransfoXLLMHeadModel, ours: MemTransformerLM, data: torch.Tensor):
+    """Both models' log-probabilities over the segments, in float64, the same function (tolerance.py's rule 1).
+    Hugging Face's attention rounds its scores to float32 (`attn_score.float()`, as the original does), which ours
+    does with `original_numerics`."""
+    assert ours.original_numerics
+    hf, ours = hf.double(), ours.double()
+    assert_same_function(torch.stack(our_log_probs(ours, data)), torch.stack(hf_log_probs(hf, data)))
+
+
 # Hugging Face's folders: (name, config changes, how Hugging Face saves)
 HF_FOLDERS = [
     # The published WikiText-103 model's kind: div_val 4, per-layer biases, projections of the tail clusters tied
@@ -103,7 +113,7 @@ HF_FOLDERS = [
 
 
 @pytest.mark.parametrize('changes, save', [case[1:] for case in HF_FOLDERS], ids=[case[0] for case in HF_FOLDERS])
-def test_hf_folder_loads_with_the_same_log_probs(tmp_path, hf_on_current_torch, changes, save):
+def test_hf_folder_loads_with_the_same_log_probs(tmp_path, hf_in_float64, changes, save):
     hf = random_hf_model(hf_settings(**changes))
     hf.save_pretrained(tmp_path, **save)
     ours = MemTransformerLM.from_pretrained(tmp_path)
@@ -113,8 +123,7 @@ def test_hf_folder_loads_with_the_same_log_probs(tmp_path, hf_on_current_torch, 
         our_log_probs(ours, segments())
     # ... which in float32 changes nothing, so the fast paths serve it
     assert 'reference' not in {c.chosen for c in choices if c.operation == 'attention'}
-    data = segments()
-    assert max_difference(hf_log_probs(hf, data), our_log_probs(ours, data)) < ATOL
+    assert_same_log_probs(hf, ours, segments())
 
 
 def test_saved_shards_are_read(tmp_path):
@@ -135,19 +144,21 @@ def test_bin_of_the_legacy_torch_format(tmp_path):
         assert torch.equal(legacy.state_dict()[name], value), name
 
 
-def test_cluster_rows_copied_as_they_are_would_differ(tmp_path, hf_on_current_torch):
+def test_cluster_rows_copied_as_they_are_would_differ(tmp_path, hf_in_float64):
     """The fact the conversion handles: with the head's cluster rows in Hugging Face's order, the hidden states
-    agree but the log-probabilities do not."""
+    agree (float64, the same function) but the log-probabilities do not."""
     hf = random_hf_model(hf_settings(div_val=4))
     hf.save_pretrained(tmp_path)
-    ours = MemTransformerLM.from_pretrained(tmp_path)
+    ours = MemTransformerLM.from_pretrained(tmp_path).double()
+    hf = hf.double()
     with torch.no_grad():
         ours.crit.cluster_weight.copy_(hf.crit.cluster_weight)
         ours.crit.cluster_bias.copy_(hf.crit.cluster_bias)
         data = segments()[0]
         hidden, _ = ours.forward_hidden(data)
-        hf_hidden = hf.transformer(data.t(), mems=[torch.empty(0, BSZ, 64)] * 2).last_hidden_state.transpose(0, 1)
-    assert (hidden - hf_hidden).abs().max() < ATOL
+        hf_mems = [torch.empty(0, BSZ, 64, dtype=torch.float64)] * 2
+        hf_hidden = hf.transformer(data.t(), mems=hf_mems).last_hidden_state.transpose(0, 1)
+    assert_same_function(hidden, hf_hidden)
     assert max_difference(hf_log_probs(hf, segments()), our_log_probs(ours, segments())) > 0.1
 
 
@@ -160,21 +171,23 @@ OUR_MODELS = [
 
 
 @pytest.mark.parametrize('arguments', [case[1] for case in OUR_MODELS], ids=[case[0] for case in OUR_MODELS])
-def test_saved_folder_loads_in_hf_with_the_same_log_probs(tmp_path, hf_on_current_torch, arguments):
+def test_saved_folder_loads_in_hf_with_the_same_log_probs(tmp_path, hf_in_float64, arguments):
+    # (`original_numerics`: the float32 rounding of the scores Hugging Face's attention does, which in float32, as
+    # saved, changes nothing)
     ours = MemTransformerLM(n_token=N_TOKEN, n_layer=2, n_head=2, d_model=64, d_head=8, d_inner=128, dropout=0.1,
-                            dropatt=0.0, cutoffs=CUTOFFS, mem_len=8, clamp_len=4, same_length=True, **arguments)
+                            dropatt=0.0, cutoffs=CUTOFFS, mem_len=8, clamp_len=4, same_length=True,
+                            original_numerics=True, **arguments)
     randomize(ours, seed=2)
     ours.eval()
     ours.save_pretrained(tmp_path)
     hf, info = TransfoXLLMHeadModel.from_pretrained(tmp_path, output_loading_info=True)
     assert {k: v for k, v in info.items() if v} == {}
-    data = segments()
-    assert max_difference(hf_log_probs(hf, data), our_log_probs(ours, data)) < ATOL
     # And back here: the same tensors
     again = MemTransformerLM.from_pretrained(tmp_path)
     assert again.state_dict().keys() == ours.state_dict().keys()
     for name, value in ours.state_dict().items():
         assert torch.equal(again.state_dict()[name], value), name
+    assert_same_log_probs(hf, ours, segments())
 
 
 def test_config_of_the_original_era(tmp_path):

@@ -16,6 +16,8 @@ from labml_txl.positional_encoding import relative_distances
 from labml_txl.relative_attention import masked_softmax, relative_attention_scores, relative_shift
 from labml_txl.relative_mha import RelativeMultiHeadAttention
 
+from tolerance import assert_close_rounding, assert_same_function, rounding_bound
+
 
 def gather_shift(x: torch.Tensor) -> torch.Tensor:
     """`out[i, j] = x[i, j + qlen - 1 - i]` by explicit indexing (NaN where that index is past the table)."""
@@ -69,6 +71,7 @@ def test_decoder_scores_are_the_four_terms():
     u = torch.randn(heads, d, dtype=torch.float64)
     v = torch.randn(heads, d, dtype=torch.float64)
     scores = relative_attention_scores(q, k, r, u, v)
+    expected = torch.full_like(scores, float('nan'))
     for i in range(qlen):
         for j in range(mlen + i + 1):
             r_ij = r[klen - 1 - (mlen + i - j)]
@@ -78,7 +81,11 @@ def test_decoder_scores_are_the_four_terms():
                     b_term = q[i, b, n] @ r_ij[n]
                     c = u[n] @ k[j, b, n]
                     d_term = v[n] @ r_ij[n]
-                    assert abs(scores[i, j, b, n].item() - (a + b_term + c + d_term).item()) < 1e-12
+                    expected[i, j, b, n] = a + b_term + c + d_term
+    # Rule 1 (float64 both) on the causal part
+    causal = ~expected.isnan()
+    assert causal.sum() == bsz * heads * sum(mlen + i + 1 for i in range(qlen))
+    assert_same_function(scores[causal], expected[causal])
 
 
 def sinusoid(distance: float, d_model: int) -> torch.Tensor:
@@ -173,7 +180,8 @@ def test_relative_mha_matches_naive_double_loop(seq_q, seq_k, mask_kind, impl, g
     assert _attention_paths(choices) == [PATHS[impl, grad]]
     with torch.no_grad():
         expected = naive_relative_mha(mha, query, key, value, mask)
-    torch.testing.assert_close(ours, expected, atol=1e-10, rtol=0)
+    # Rule 1: float64 both
+    assert_same_function(ours, expected)
 
 
 @pytest.mark.parametrize('mask_kind', [None, 'causal'])
@@ -188,25 +196,36 @@ def test_relative_mha_float32_matches_naive(mask_kind):
     with torch.no_grad(), dispatch.recording() as choices:
         ours = mha.float()(query=x.float(), key=x.float(), value=x.float(), mask=mask)
     assert _attention_paths(choices) == ['sdpa' if mask is None else 'kernel']
-    torch.testing.assert_close(ours, expected.float(), atol=1e-5, rtol=0)
+    # Rule 2 against the float64 loop: the table's angles (4 float32 roundings: the frequencies' division, power
+    # and reciprocal, the product, each of the angle's size, up to 3) and sines, its projection over d_model 8, a
+    # score's product over d_k 4 and its two elementwise steps (q + u or q + v, the sum of the terms), the softmax and
+    # the weighted sum over 4 keys, the output projection over 8
+    assert_close_rounding(ours, expected, depth=4 * 3 + 1 + 8 + 4 + 2 + 4 + 4 + 8)
 
 
 def test_relative_mha_gradients_are_the_references():
-    """Training through the kernel (causal mask, float32) and through the composite (no mask): the gradients of
-    every parameter equal those of `impl='reference'` with the same weights."""
+    """Training through the kernel (causal mask, float32) and through the composite (no mask, float32): the
+    gradients of every parameter equal those of `impl='reference'` with the same weights, in float64."""
     torch.manual_seed(9)
     x = torch.randn(6, 2, 8)
+    # Rule 2. Forward: the table's angles (4 float32 roundings, each of the angle's size, up to 5) and sines, its
+    # projection over d_model 8, a score's product over d_k 4 and its two elementwise steps, the softmax and the
+    # weighted sum over 6 keys, the output projection over 8. Back: the output projection (8), the weighted sum (4),
+    # the softmax and the scores (6 each); then the parameter's own sum: over every score for u and v (2 x 6 x 6),
+    # else over the rows (2 x 6) and for the table's projection its 11 entries
+    depth = (4 * 5 + 1 + 8 + 4 + 2 + 6 + 6 + 8) + (8 + 4 + 6 + 6)
+    own = {'r_w_bias': 2 * 6 * 6, 'r_r_bias': 2 * 6 * 6}
     for mask, path in ((subsequent_mask(6), 'kernel'), (None, 'composite')):
         grads = {}
-        for impl in ('auto', 'reference'):
-            mha = _mha(impl=impl).float()
+        for impl, dtype in (('auto', torch.float32), ('reference', torch.float64)):
+            mha = _mha(impl=impl).to(dtype)
             with dispatch.recording() as choices:
-                mha(query=x, key=x, value=x, mask=mask).square().sum().backward()
+                mha(query=x.to(dtype), key=x.to(dtype), value=x.to(dtype), mask=mask).square().sum().backward()
             assert _attention_paths(choices) == [path if impl == 'auto' else 'reference']
             grads[impl] = {name: p.grad for name, p in mha.named_parameters()}
         assert grads['auto'].keys() == grads['reference'].keys()
         for name, grad in grads['auto'].items():
-            torch.testing.assert_close(grad, grads['reference'][name], rtol=1e-5, atol=1e-5, msg=name)
+            assert_close_rounding(grad, grads['reference'][name], depth=depth + own.get(name, 2 * 6 + 11), msg=name)
 
 
 def test_a_subclass_with_its_own_scores_runs_the_reference_with_them():
@@ -216,17 +235,19 @@ def test_a_subclass_with_its_own_scores_runs_the_reference_with_them():
             return 2 * super().get_scores(query, key)
 
     torch.manual_seed(10)
-    doubled, plain = Doubled(2, 8, dropout_prob=0.0).eval(), MultiHeadAttention(2, 8, dropout_prob=0.0).eval()
+    # (in float64, where the same paths serve it as in float32: rule 1)
+    doubled = Doubled(2, 8, dropout_prob=0.0).double().eval()
+    plain = MultiHeadAttention(2, 8, dropout_prob=0.0).double().eval()
     plain.load_state_dict(doubled.state_dict())
     # Doubling the scores is halving the temperature
     plain.scale = 2 * plain.scale
-    x = torch.randn(5, 2, 8)
+    x = torch.randn(5, 2, 8, dtype=torch.float64)
     with torch.no_grad(), dispatch.recording() as choices:
         ours = doubled(query=x, key=x, value=x, mask=subsequent_mask(5))
         expected = plain(query=x, key=x, value=x, mask=subsequent_mask(5))
     (own, _) = [c for c in choices if c.operation == 'attention']
     assert own.chosen == 'reference' and 'get_scores' in dict(own.refused)['composite']
-    torch.testing.assert_close(ours, expected, atol=1e-6, rtol=0)
+    assert_same_function(ours, expected)
 
 
 @pytest.mark.parametrize('impl', ['auto', 'reference'])
@@ -236,9 +257,10 @@ def test_relative_mha_weights_and_drop_in_interface(impl):
     with dispatch.recording() as choices:
         out, weights = mha(query=x, key=x, value=x, mask=subsequent_mask(5), need_weights=True)
     assert _attention_paths(choices) == ['composite' if impl == 'auto' else 'reference']
-    torch.testing.assert_close(out, naive_relative_mha(mha, x, x, x, subsequent_mask(5)), atol=1e-10, rtol=0)
+    # Rule 1: float64 both
+    assert_same_function(out, naive_relative_mha(mha, x, x, x, subsequent_mask(5)))
     assert out.shape == (5, 3, 8) and weights.shape == (5, 5, 3, 2)
-    torch.testing.assert_close(weights.sum(1), torch.ones(5, 3, 2, dtype=torch.float64))
+    assert_same_function(weights.sum(1), torch.ones(5, 3, 2, dtype=torch.float64))
     # causal: no weight on the future
     assert (weights.permute(2, 3, 0, 1).triu(1) == 0).all()
 
@@ -260,14 +282,14 @@ def test_fully_masked_row_is_finite(impl):
     out, weights = mha(query=x, key=x, value=x, mask=mask, need_weights=True)
     assert torch.isfinite(out).all()
     assert (weights[1, :, 0] == 0).all()      # attends to nothing ...
-    torch.testing.assert_close(out[1, 0], mha.output.bias)   # ... so only the output bias is left
+    assert_same_function(out[1, 0], mha.output.bias.detach())   # ... so only the output bias is left
     # Without the weights, where SDPA would serve but for that row: the composite, the same numbers
     with torch.no_grad(), dispatch.recording() as choices:
         fused = mha(query=x, key=x, value=x, mask=mask)
     (choice,) = [c for c in choices if c.operation == 'attention']
     if impl == 'auto':
         assert choice.chosen == 'composite' and 'every key masked' in dict(choice.refused)['sdpa']
-    torch.testing.assert_close(fused, out.detach(), atol=1e-12, rtol=0)
+    assert_same_function(fused, out.detach())
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
         scores = torch.randn(3, 4, 2, 2).to(dtype)
         masked = torch.zeros(3, 4, 2, dtype=torch.bool)
@@ -275,7 +297,10 @@ def test_fully_masked_row_is_finite(impl):
         probs = masked_softmax(scores, masked[..., None])
         assert probs.dtype == dtype and torch.isfinite(probs).all()
         assert (probs[0] == 0).all()
-        torch.testing.assert_close(probs[1:].float().sum(1), torch.ones(2, 2, 2), atol=1e-2, rtol=0)
+        # Rule 2: a float32 softmax over 4 keys and the 4 weights added here in float32 (depth 4 + 4), each weight
+        # rounded to `dtype` after it (relative, and they add up to 1: depth 1 in `dtype`)
+        bound = rounding_bound(dtype, 1) + rounding_bound(torch.float32, 4 + 4)
+        torch.testing.assert_close(probs[1:].float().sum(1), torch.ones(2, 2, 2), atol=bound, rtol=0)
 
 
 def test_masked_softmax_without_the_second_fill_is_the_originals_fill_and_softmax():
@@ -283,7 +308,8 @@ def test_masked_softmax_without_the_second_fill_is_the_originals_fill_and_softma
     and softmax, the same numbers as with the second fill; only a fully masked row tells the two apart. Over the
     last axis (`dim=-1`, head-major scores) alike."""
     torch.manual_seed(8)
-    scores = torch.randn(5, 7, 2, 3)
+    # (in float64: rule 1 below)
+    scores = torch.randn(5, 7, 2, 3, dtype=torch.float64)
     causal = torch.ones(5, 7, dtype=torch.bool).triu_(3)[:, :, None, None]
     original = F.softmax(scores.masked_fill(causal, -float('inf')), dim=1)
     assert torch.equal(masked_softmax(scores, causal, rows_may_be_empty=False), original)
@@ -291,17 +317,15 @@ def test_masked_softmax_without_the_second_fill_is_the_originals_fill_and_softma
     everything = torch.ones(5, 7, 1, 1, dtype=torch.bool)
     assert (masked_softmax(scores, everything) == 0).all()
     # Without the fill a fully masked row spreads its weight evenly (finite, no NaN)
-    torch.testing.assert_close(masked_softmax(scores, everything, rows_may_be_empty=False),
-                               torch.full_like(scores, 1 / 7))
+    assert_same_function(masked_softmax(scores, everything, rows_may_be_empty=False), torch.full_like(scores, 1 / 7))
     # Head-major `[batch, heads, qlen, klen]`, the mask `[qlen, klen]`; in place on a copy, the same weights
     heads = scores.permute(2, 3, 0, 1).contiguous()
     causal_2d = causal[:, :, 0, 0]
     expected = original.permute(2, 3, 0, 1)
-    # (to float rounding: the sums run along another axis of memory)
-    torch.testing.assert_close(masked_softmax(heads, causal_2d, dim=-1), expected, rtol=1e-6, atol=1e-7)
+    # (to float rounding: the sums run along another axis of memory; rule 1)
+    assert_same_function(masked_softmax(heads, causal_2d, dim=-1), expected)
     copy = heads.clone()
-    torch.testing.assert_close(masked_softmax(copy, causal_2d, dim=-1, inplace=True), expected, rtol=1e-6,
-                               atol=1e-7)
+    assert_same_function(masked_softmax(copy, causal_2d, dim=-1, inplace=True), expected)
     assert not torch.equal(copy, heads)
 
 
@@ -314,7 +338,9 @@ def test_masked_softmax_half_precision_large_scores(dtype):
     probs = masked_softmax(scores, masked)
     assert torch.isfinite(probs).all()
     assert probs[0, 0].item() == 1 and probs[0, 1:].eq(0).all() and probs[1, 2].item() == 0
-    torch.testing.assert_close(probs[1, :2].float().flatten(), torch.tensor([0.5, 0.5]))
+    # Rule 2: a float32 softmax over 2 keys, each weight then rounded to `dtype` once
+    bound = rounding_bound(dtype, 1, 0.5) + rounding_bound(torch.float32, 2, 0.5)
+    torch.testing.assert_close(probs[1, :2].float().flatten(), torch.tensor([0.5, 0.5]), atol=bound, rtol=0)
 
 
 @pytest.mark.parametrize('impl', ['auto', 'reference'])

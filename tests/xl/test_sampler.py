@@ -5,14 +5,19 @@ import torch
 
 from labml_txl.xl import LogUniformSampler, MemTransformerLM, sample_logits
 
+from tolerance import assert_close_rounding, assert_same_function, rounding_bound
+
 from .helpers import small_config
 
 
 def test_distribution_is_log_uniform():
     sampler = LogUniformSampler(50, 4)
-    expected = torch.tensor([(math.log(k + 2) - math.log(k + 1)) / math.log(51) for k in range(50)])
-    torch.testing.assert_close(sampler.dist, expected)
-    assert abs(sampler.dist.sum().item() - 1) < 1e-6
+    expected = torch.tensor([(math.log(k + 2) - math.log(k + 1)) / math.log(51) for k in range(50)],
+                            dtype=torch.float64)
+    # Rule 2: computed in float64, rounded once to float32 (relative: of the largest P's size)
+    assert_close_rounding(sampler.dist, expected, depth=1, magnitude=expected.max().item())
+    # ... and summed here in float32: 50 additions, and the 50 roundings (relative, of a P that sums to 1)
+    assert abs(sampler.dist.sum().item() - 1) < rounding_bound(torch.float32, 50 + 1)
     assert (sampler.dist[1:] < sampler.dist[:-1]).all()       # more frequent words (lower ids) more likely
 
 
@@ -21,7 +26,9 @@ def test_log_q_is_the_inclusion_probability():
     n_token, n_sample, trials = 10, 3, 4000
     sampler = LogUniformSampler(n_token, n_sample)
     p = sampler.dist.double()
-    torch.testing.assert_close(sampler.log_q.double(), torch.log(1 - (1 - p) ** (2 * n_sample)), atol=1e-6, rtol=0)
+    # Rule 2: log Q rounded once to float32; P rounded once too (relative), which moves log Q by at most as much
+    # (its condition number in P, m P (1 - P)^(m - 1) / (1 - (1 - P)^m) with m = 2 n_sample, is at most 1)
+    assert_close_rounding(sampler.log_q, torch.log(1 - (1 - p) ** (2 * n_sample)), depth=2)
     generator = torch.Generator().manual_seed(0)
     counts = torch.zeros(n_token)
     labels = torch.zeros(1, 1, dtype=torch.long)
@@ -31,6 +38,7 @@ def test_log_q_is_the_inclusion_probability():
         counts[samples] += 1
     q = sampler.log_q.exp()
     sigma = (q * (1 - q) / trials).sqrt()
+    # (statistical, not rounding: five standard deviations of each class's binomial fraction)
     assert ((counts / trials - q).abs() < 5 * sigma + 1e-3).all()
 
 
@@ -48,7 +56,9 @@ def test_sample_logits_masks_hits():
     for i in range(2):
         for j in range(2):
             y = labels[i, j]
-            torch.testing.assert_close(logits[i, j, 0], inputs[i, j] @ weight[y] + bias[y] - sampler.log_q[y])
+            # Rule 2, float32 both: the product over 4 features, the bias and log Q
+            assert_close_rounding(logits[i, j, 0], inputs[i, j] @ weight[y] + bias[y] - sampler.log_q[y],
+                                  depth=4 + 2)
             hit = (samples == y).nonzero()
             if len(hit):
                 assert logits[i, j, 1 + hit[0, 0]] == torch.finfo(torch.float32).min
@@ -93,4 +103,5 @@ def test_all_classes_sampled_gives_the_full_softmax():
     sampled = model(data[:5], data[1:6])[0]
     model.eval()
     full = model(data[:5], data[1:6])[0]
-    torch.testing.assert_close(sampled, full, atol=1e-12, rtol=0)
+    # Rule 1: float64 both
+    assert_same_function(sampled, full)
