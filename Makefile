@@ -4,14 +4,16 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --quiet
 STAMP := $(VENV)/.installed
+TF_STAMP := $(VENV)/.installed-tf
 # Every Python package of the test environment at an exact version (`make lock` regenerates it), and the ones
 # installed without their declared dependencies (labml-nn: see the file); TensorFlow and what it adds, resolved beside
-# the lock (the tf extra, for the test of the TensorFlow checkpoint converter)
+# the lock (the tf extra, for the tests of the TensorFlow checkpoint converter only: `make test-tf` installs it, `make
+# test` does not, which keeps .venv at a third of its size)
 LOCK := requirements/test.lock
 NO_DEPS_LOCK := requirements/no-deps.lock
 TF_LOCK := requirements/tf.lock
 
-.PHONY: test demo install lock clean-venv
+.PHONY: test test-avx2 test-tf demo install lock clean-venv
 
 # The lock's wheels were resolved for one Python minor version (its `# python:` line); another one is refused
 # before any install, naming the fixes
@@ -26,8 +28,7 @@ $(PY):
 # Only wheels (--only-binary): nothing is built from an sdist. The order makes the result exactly the lock:
 # pip and setuptools first, at their locked versions; torch with its own dependencies (on machines where PyPI's
 # torch is a CUDA build they add its CUDA libraries, which torch pins itself); then every locked package with
-# no resolution at all, then TensorFlow's (none of them in the lock, so no locked version changes); the project
-# itself, built with the locked setuptools; a `pip check` then fails, naming it, if any package needs one the locks
+# no resolution at all; the project itself, built with the locked setuptools; a `pip check` then fails, naming it, if any package needs one the locks
 # lack (run `make lock`), labml-nn's own left out. The browser libraries of the dashboard page come from
 # package-lock.json.
 $(STAMP): setup.py $(LOCK) $(NO_DEPS_LOCK) $(TF_LOCK) package.json package-lock.json | $(PY)
@@ -35,7 +36,6 @@ $(STAMP): setup.py $(LOCK) $(NO_DEPS_LOCK) $(TF_LOCK) package.json package-lock.
 	$(PIP) install --only-binary=:all: --constraint $(LOCK) pip setuptools
 	$(PIP) install --only-binary=:all: --constraint $(LOCK) torch
 	$(PIP) install --only-binary=:all: --no-deps --requirement $(LOCK)
-	$(PIP) install --only-binary=:all: --no-deps --requirement $(TF_LOCK)
 	$(PIP) install --no-deps --no-build-isolation --editable .
 	$(PY) requirements/check_environment.py
 	$(PIP) install --only-binary=:all: --no-deps --requirement $(NO_DEPS_LOCK)
@@ -48,6 +48,33 @@ install: $(STAMP)
 test: $(STAMP)
 	@command -v $${CXX:-c++} >/dev/null || { echo "make: no C++ compiler ($${CXX:-c++}); install g++ (Debian: apt-get install g++)"; exit 1; }
 	$(PY) -m pytest -q tests
+
+# The numerically sensitive tests (comparisons between implementations, kernels, fast paths, reference vectors),
+# run again by `make test-avx2` on the vector paths of an AVX2 machine: ATen's dispatch, oneDNN's ISA and our kernels'
+# -march all limited to AVX2 (tests/test_cpu_isa.py checks that each took effect; MKL takes its AVX2 path on AMD
+# CPUs either way). On an AVX-512 machine this runs other kernels and other orders of addition, so a tolerance that
+# holds only for one CPU fails here, not on a newcomer's machine. Torch's compiled-code cache is kept apart, since
+# its key ignores ATEN_CPU_CAPABILITY.
+NUMERICS_TESTS := tests/test_cpu_isa.py tests/test_native_*.py tests/test_fast_paths.py tests/test_dispatch.py \
+	tests/test_prepacked_linear.py tests/test_dropout.py tests/test_mha.py tests/test_rotary.py tests/test_alibi.py \
+	tests/test_t5_bias.py tests/test_norms.py tests/test_interop.py tests/test_labml_nn_interop.py \
+	tests/test_models.py tests/test_generation.py tests/xl
+AVX2 := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 LABML_TXL_NATIVE_ARCH=x86-64-v3 \
+	TORCHINDUCTOR_CACHE_DIR=$${TMPDIR:-/tmp}/labml_txl_inductor_avx2
+
+test-avx2: $(STAMP)
+	$(AVX2) $(PY) -m pytest -q $(NUMERICS_TESTS)
+
+# The tests of the TensorFlow checkpoint converter (marked tf), with TensorFlow installed from $(TF_LOCK) beside
+# the lock (no locked version moves): on this machine's vector paths, then on AVX2's
+$(TF_STAMP): $(STAMP) $(TF_LOCK)
+	$(PIP) install --only-binary=:all: --no-deps --requirement $(TF_LOCK)
+	$(PY) requirements/check_environment.py
+	touch $(TF_STAMP)
+
+test-tf: $(TF_STAMP)
+	$(PY) -m pytest -q --with-tf -m tf tests
+	$(AVX2) $(PY) -m pytest -q --with-tf -m tf tests
 
 demo: $(STAMP)
 	$(PY) experiments/demo.py
