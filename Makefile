@@ -8,7 +8,7 @@ TF_STAMP := $(VENV)/.installed-tf
 # Every Python package of the test environment at an exact version (`make lock` regenerates it), and the ones
 # installed without their declared dependencies (labml-nn: see the file); TensorFlow and what it adds, resolved beside
 # the lock (the tf extra, for the tests of the TensorFlow checkpoint converter only: `make test-tf` installs it, `make
-# test` does not, which keeps .venv at a third of its size)
+# test` does not, which keeps .venv at half its size: 1.3 GB against 2.7 GB)
 LOCK := requirements/test.lock
 NO_DEPS_LOCK := requirements/no-deps.lock
 TF_LOCK := requirements/tf.lock

@@ -14,7 +14,7 @@ import torch
 
 # How many tests marked `tf` were deselected, for the summary's line saying why
 _TF_DESELECTED = pytest.StashKey[int]()
-TF_REASON = ('they test the TensorFlow checkpoint converter and need the tf extra (TensorFlow, about 1.3 GB, not in '
+TF_REASON = ('they test the TensorFlow checkpoint converter and need the tf extra (TensorFlow, about 1.4 GB, not in '
              '`make test`\'s environment); `make test-tf` installs it and runs them')
 
 

@@ -4,6 +4,7 @@ from pathlib import Path
 import torch
 
 from labml_txl.xl import MemTransformerLM
+from tolerance import assert_close_rounding, assert_same_function, xl_config, xl_depths
 
 # Vectors computed by the original Transformer-XL code (`tests/reference/xl/README.md` says how)
 REFERENCE_DIR = Path(__file__).resolve().parents[1] / 'reference' / 'xl'
@@ -37,3 +38,17 @@ def small_model(seed: int = 0, **overrides):
     """A tiny float64 `MemTransformerLM` in eval mode, with the original's initialisation."""
     torch.manual_seed(seed)
     return MemTransformerLM(**small_config(**overrides)).double().eval()
+
+
+def assert_the_same_step(model, klen, fast_log_probs, plain_log_probs, fast_mems=(), plain_mems=()):
+    """The fast model's step against the plain one's: in float64 the same function (rule 1), in float32 within
+    the rounding of two float32 computations of `model` over `klen` keys (rule 2)."""
+    if fast_log_probs.dtype == torch.float64:
+        assert_same_function(fast_log_probs, plain_log_probs)
+        for a, b in zip(fast_mems, plain_mems, strict=True):
+            assert_same_function(a, b)
+        return
+    inputs, log_probs = xl_depths(xl_config(model), klen)
+    assert_close_rounding(fast_log_probs, plain_log_probs, depth=log_probs)
+    for a, b, depth in zip(fast_mems, plain_mems, inputs[:len(fast_mems)], strict=True):
+        assert_close_rounding(a, b, depth=depth)

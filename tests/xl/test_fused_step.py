@@ -15,9 +15,7 @@ from labml_txl.xl import MemTransformerLM
 from labml_txl.xl.positionwise_ff import PositionwiseFF
 from labml_txl.xl.rel_partial_learnable_attn import RelPartialLearnableMultiHeadAttn
 
-from tolerance import assert_close_rounding, assert_same_function, xl_config, xl_depths
-
-from .helpers import small_config
+from .helpers import assert_the_same_step, small_config
 
 
 def _pair(**overrides):
@@ -37,22 +35,6 @@ def _pair(**overrides):
 def _layer_choices(choices):
     return [c for c in choices if c.operation == 'decoder layers']
 
-
-
-def _assert_the_same_step(model, klen, fast_log_probs, plain_log_probs, fast_mems=(), plain_mems=()):
-    """The fast model's step against the plain one's: in float64 the same function (rule 1), in float32 within
-    the rounding of two float32 computations of `model` over `klen` keys (rule 2)."""
-    if fast_log_probs.dtype == torch.float64:
-        assert_same_function(fast_log_probs, plain_log_probs)
-        for a, b in zip(fast_mems, plain_mems, strict=True):
-            assert_same_function(a, b)
-        return
-    inputs, log_probs = xl_depths(xl_config(model), klen)
-    assert_close_rounding(fast_log_probs, plain_log_probs, depth=log_probs)
-    for a, b, depth in zip(fast_mems, plain_mems, inputs[:len(fast_mems)], strict=True):
-        assert_close_rounding(a, b, depth=depth)
-
-
 def _fast_choices(plain, fast, data, qlen, grad=False):
     """Both models over `data` in segments of `qlen`, each feeding its memories back: log-probabilities and memories
     equal at every step. Returns the choices the fast model made."""
@@ -65,7 +47,7 @@ def _fast_choices(plain, fast, data, qlen, grad=False):
             with dispatch.recording() as choices:
                 fast_log_probs, fast_mems = fast.log_probs(x, fast_mems)
             recorded += choices
-            _assert_the_same_step(fast, klen, fast_log_probs, plain_log_probs, fast_mems, plain_mems)
+            assert_the_same_step(fast, klen, fast_log_probs, plain_log_probs, fast_mems, plain_mems)
     return recorded
 
 
@@ -188,7 +170,7 @@ def test_a_memory_the_model_did_not_return_is_projected_by_the_modules():
             _, returned = fast.log_probs(data[1:2], [m.clone() for m in mems])
             log_probs, _ = fast.log_probs(data[2:3], returned)
     # (the third step: one query behind two of memory)
-    _assert_the_same_step(fast, 3, log_probs, expected)
+    assert_the_same_step(fast, 3, log_probs, expected)
     layers = _layer_choices(choices)
     assert [c.chosen for c in layers] == ['fused', 'modules', 'fused']
     assert 'layer 0: the memory\'s keys and values are not kept' in dict(layers[1].refused)['fused']
@@ -243,7 +225,7 @@ def test_weights_changed_or_replaced_between_steps_are_the_ones_used():
                 fast_log_probs, fast_mems = fast.log_probs(data[t:t + 1], fast_mems)
             chosen += [c.chosen for c in _layer_choices(choices)]
             # (one query behind the memory: t keys, at most mem_len)
-            _assert_the_same_step(fast, 1 + min(t, fast.mem_len), fast_log_probs, plain_log_probs)
+            assert_the_same_step(fast, 1 + min(t, fast.mem_len), fast_log_probs, plain_log_probs)
     # (the in-place change leaves the keys and values kept before it stale for one step; the replaced parameter
     # changes the layer's slots, so what the kernel reads is gathered again and the kept ones are stale too)
     assert chosen == ['fused', 'fused', 'modules', 'fused', 'modules', 'fused']

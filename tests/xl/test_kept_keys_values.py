@@ -10,29 +10,11 @@ import torch
 
 from labml_txl import dispatch
 
-from tolerance import assert_close_rounding, assert_same_function, xl_config, xl_depths
-
-from .helpers import plain_and_fast
+from .helpers import assert_the_same_step, plain_and_fast
 
 
 def _pair(dtype, **overrides):
     return tuple(model.to(dtype).eval() for model in plain_and_fast(**overrides))
-
-
-
-def _assert_the_same_step(model, klen, fast_log_probs, plain_log_probs, fast_mems=(), plain_mems=()):
-    """The fast model's step against the plain one's: in float64 the same function (rule 1), in float32 within
-    the rounding of two float32 computations of `model` over `klen` keys (rule 2)."""
-    if fast_log_probs.dtype == torch.float64:
-        assert_same_function(fast_log_probs, plain_log_probs)
-        for a, b in zip(fast_mems, plain_mems, strict=True):
-            assert_same_function(a, b)
-        return
-    inputs, log_probs = xl_depths(xl_config(model), klen)
-    assert_close_rounding(fast_log_probs, plain_log_probs, depth=log_probs)
-    for a, b, depth in zip(fast_mems, plain_mems, inputs[:len(fast_mems)], strict=True):
-        assert_close_rounding(a, b, depth=depth)
-
 
 @pytest.mark.parametrize('dtype', [torch.float64, torch.float32], ids=['float64', 'float32'])
 @pytest.mark.parametrize('qlen', [1, 3], ids=['one-token', 'segments-of-3'])
@@ -50,7 +32,7 @@ def test_kept_window_over_many_segments_equals_the_plain_path(dtype, qlen, attn_
             klen = qlen + (0 if plain_mems is None else plain_mems[0].shape[0])
             plain_log_probs, plain_mems = plain.log_probs(x, plain_mems)
             fast_log_probs, fast_mems = fast.log_probs(x, fast_mems)
-            _assert_the_same_step(fast, klen, fast_log_probs, plain_log_probs, fast_mems, plain_mems)
+            assert_the_same_step(fast, klen, fast_log_probs, plain_log_probs, fast_mems, plain_mems)
             buffers.append(fast._kv_memo.entries[0][3])
     layers = Counter(c.chosen for c in choices if c.operation == 'decoder layers')
     attention = Counter(c.chosen for c in choices if c.operation == 'attention')
@@ -87,7 +69,7 @@ def test_branching_from_one_memory_recomputes_and_matches(qlen):
         klen = x.shape[0] + (0 if plain_mems is None else plain_mems[0].shape[0])
         fast_out, fast_mems = fast.log_probs(x, fast_mems)
         plain_out, plain_mems = plain.log_probs(x, plain_mems)
-        _assert_the_same_step(fast, klen, fast_out, plain_out)
+        assert_the_same_step(fast, klen, fast_out, plain_out)
         return fast_mems, plain_mems
 
     with torch.no_grad():
