@@ -3,7 +3,7 @@ Evaluate a trained Transformer-XL run, or a published model, as the paper does: 
 lengths.
 
     python experiments/eval_xl.py RUN_UUID [split=test] [tgt_len=80] [mem_len=2100] [clamp_len=820] [same_length=True]
-    python experiments/eval_xl.py RUN_UUID paper=True     # the preset's test_* settings (presets.md)
+    python experiments/eval_xl.py RUN_UUID paper=True     # the test_* settings of the run's preset (presets.md)
     python experiments/eval_xl.py pretrained=PATH [vocab=PATH] [corpus_name=wt103 data_path=PATH] [paper=True] ...
 
 Memories let a model trained on short segments attend much further back at evaluation (the paper evaluates
@@ -15,26 +15,38 @@ vocabulary is the folder's `vocab.pkl`, or `vocab=PATH` (Hugging Face's `vocab.p
 `cache.pt`). The text is `corpus_name` read from `data_path` and mapped into the model's vocabulary, or, without
 `data_path`, the splits of the authors' cache. `paper=True` takes the paper's test settings of the published model of
 `corpus_name` (tgt_len, mem_len, clamp_len, same_length, batch_size) and prints the score the paper reports.
+A run's `paper=True` takes its `test_*` items, which a preset sets (or the run's own overrides); on a run with neither
+it is an error naming them, not an evaluation with lengths nobody chose.
 """
 import sys
 from typing import Any, Dict, List
 
 from labml_txl.cli import parse_overrides, run_script
 from labml_txl.published_models import evaluation_corpus, paper_settings, read_vocabulary, vocabulary_path
-from labml_txl.train.runs import load_trained_run
+from labml_txl.settings import Settings
+from labml_txl.train.runs import find_run, load_overrides, load_trained_run
+from labml_txl.train.script_settings import EvalXLSettings, read_settings
 from labml_txl.train.trainer import mean_loss_over_stream, quality
 from labml_txl.xl import MemTransformerLM
 
-SETTINGS = ('split', 'tgt_len', 'mem_len', 'clamp_len', 'same_length', 'batch_size', 'max_steps', 'paper')
+SETTINGS = Settings(EvalXLSettings)
+# The settings that only a published model takes
 PRETRAINED_SETTINGS = ('pretrained', 'vocab', 'corpus_name', 'data_path')
+SPLITS = ('train', 'valid', 'test')
+# The items `paper=True` reads from a run
+PAPER_ITEMS = ('test_tgt_len', 'test_mem_len', 'test_clamp_len', 'test_same_length')
 
 
-def _check_settings(settings: Dict[str, Any], accepted) -> None:
-    unknown = sorted(set(settings) - set(accepted))
-    if unknown:
-        raise ValueError(f"unknown setting(s) {unknown}: eval_xl.py accepts {', '.join(accepted)}")
-    if not isinstance(settings.get('paper', False), bool):
-        raise ValueError(f"paper={settings['paper']!r} is not accepted: True or False")
+def _read(settings: Dict[str, Any], pretrained: bool) -> EvalXLSettings:
+    given = read_settings(EvalXLSettings, settings)
+    if not pretrained:
+        for_published = sorted(set(settings) & set(PRETRAINED_SETTINGS))
+        if for_published:
+            raise ValueError(f"{', '.join(for_published)}: only for a published model (pretrained=PATH); a run "
+                             f"evaluates on its own corpus")
+    if given.split not in SPLITS:
+        raise ValueError(f"split={given.split!r} is not accepted: {', '.join(SPLITS)}")
+    return given
 
 
 def evaluate(model: MemTransformerLM, corpus, split: str, tgt_len: int, mem_len: int, clamp_len: int,
@@ -48,40 +60,57 @@ def evaluate(model: MemTransformerLM, corpus, split: str, tgt_len: int, mem_len:
     return {'loss': loss, **quality(loss, corpus.level)}
 
 
+def _check_paper_settings(run_uuid: str, conf) -> None:
+    """`paper=True` reads the run's `test_*` items: a preset's, or the run's own overrides; else nobody chose them."""
+    if conf.preset != 'none' or set(PAPER_ITEMS) & set(load_overrides(find_run(run_uuid))):
+        return
+    trained = ' '.join(f'{k}={getattr(conf, k)}' for k in ('tgt_len', 'mem_len', 'clamp_len', 'same_length'))
+    raise ValueError(f"paper=True takes the paper's test settings ({', '.join(PAPER_ITEMS)}) from the run's preset, "
+                     f"and run {run_uuid} has no preset and did not set them: give the lengths to evaluate with "
+                     f"(tgt_len=... mem_len=... clamp_len=... same_length=...; it trained with {trained})")
+
+
 def evaluate_run(run_uuid: str, settings: Dict[str, Any]) -> Dict[str, float]:
-    _check_settings(settings, SETTINGS)
+    given = _read(settings, pretrained=False)
     conf, step = load_trained_run(run_uuid)
-    paper = settings.get('paper', False)
-    lengths = dict(tgt_len=settings.get('tgt_len', conf.test_tgt_len if paper else conf.tgt_len),
-                   mem_len=settings.get('mem_len', conf.test_mem_len if paper else conf.mem_len),
-                   clamp_len=settings.get('clamp_len', conf.test_clamp_len if paper else conf.clamp_len),
-                   same_length=settings.get('same_length', conf.test_same_length if paper else conf.same_length))
-    split = settings.get('split', 'test')
-    result = evaluate(conf.model, conf.corpus, split, **lengths, batch_size=settings.get('batch_size', 10),
-                      max_steps=settings.get('max_steps', 0))
-    print(f"run {run_uuid} (step {step}), {split} split, {_lengths(lengths)}: {_scores(result)}")
+    paper = given.paper
+    if paper:
+        _check_paper_settings(run_uuid, conf)
+
+    def length(name: str):
+        value = getattr(given, name)
+        return value if value is not None else getattr(conf, f'test_{name}' if paper else name)
+
+    lengths = {name: length(name) for name in ('tgt_len', 'mem_len', 'clamp_len', 'same_length')}
+    result = evaluate(conf.model, conf.corpus, given.split, **lengths,
+                      batch_size=given.batch_size if given.batch_size is not None else 10,
+                      max_steps=max(given.max_eval_steps, 0))
+    print(f"run {run_uuid} (step {step}), {given.split} split, {_lengths(lengths)}: {_scores(result)}")
     return result
 
 
 def evaluate_pretrained(settings: Dict[str, Any]) -> Dict[str, float]:
-    _check_settings(settings, SETTINGS + PRETRAINED_SETTINGS)
-    model = MemTransformerLM.from_pretrained(settings['pretrained'])
-    vocabulary, cache = read_vocabulary(vocabulary_path(settings['pretrained'], settings.get('vocab')))
+    given = _read(settings, pretrained=True)
+    model = MemTransformerLM.from_pretrained(given.pretrained)
+    vocabulary, cache = read_vocabulary(vocabulary_path(given.pretrained, given.vocab))
     if len(vocabulary) != model.n_token:
         raise ValueError(f"the vocabulary has {len(vocabulary):,} symbols and the model {model.n_token:,}: give the "
                          f"model's own vocabulary with vocab=PATH")
-    corpus = evaluation_corpus(vocabulary, cache, settings.get('corpus_name'), settings.get('data_path'))
-    paper = paper_settings(settings.get('corpus_name') or corpus.name) if settings.get('paper', False) else None
-    lengths = dict(tgt_len=settings.get('tgt_len', paper.tgt_len if paper else model.tgt_len or 128),
-                   mem_len=settings.get('mem_len', paper.mem_len if paper else model.mem_len),
-                   clamp_len=settings.get('clamp_len', paper.clamp_len if paper else model.clamp_len),
-                   same_length=settings.get('same_length', paper.same_length if paper else model.same_length))
-    split = settings.get('split', 'test')
-    result = evaluate(model, corpus, split, **lengths, batch_size=settings.get('batch_size', paper.batch_size
-                                                                                if paper else 10),
-                      max_steps=settings.get('max_steps', 0))
+    corpus = evaluation_corpus(vocabulary, cache, given.corpus_name, given.data_path)
+    paper = paper_settings(given.corpus_name or corpus.name) if given.paper else None
+    model_lengths = dict(tgt_len=model.tgt_len or 128, mem_len=model.mem_len, clamp_len=model.clamp_len,
+                         same_length=model.same_length)
+
+    def length(name: str):
+        value = getattr(given, name)
+        return value if value is not None else getattr(paper, name) if paper else model_lengths[name]
+
+    lengths = {name: length(name) for name in model_lengths}
+    batch_size = given.batch_size if given.batch_size is not None else paper.batch_size if paper else 10
+    result = evaluate(model, corpus, given.split, **lengths, batch_size=batch_size,
+                      max_steps=max(given.max_eval_steps, 0))
     reported = f'; the paper reports {paper.reported}' if paper else ''
-    print(f"{settings['pretrained']} on {corpus.name}, {split} split, {_lengths(lengths)}: {_scores(result)}"
+    print(f"{given.pretrained} on {corpus.name}, {given.split} split, {_lengths(lengths)}: {_scores(result)}"
           f"{reported}")
     return result
 
@@ -96,14 +125,14 @@ def _scores(result: Dict[str, float]) -> str:
 
 def main(argv: List[str]) -> int:
     def action(args: List[str]):
-        if args and '=' not in args[0]:
-            return evaluate_run(args[0], parse_overrides(args[1:]))
-        settings = parse_overrides(args)
+        if args and '=' not in args[0] and not args[0].startswith('-'):
+            return evaluate_run(args[0], parse_overrides(args[1:], SETTINGS))
+        settings = parse_overrides(args, SETTINGS)
         if 'pretrained' not in settings:
             raise ValueError("give a RUN_UUID, or pretrained=PATH for a published model (see --help)")
         return evaluate_pretrained(settings)
 
-    return run_script(action, argv, __doc__, needs_argument=True)
+    return run_script(action, argv, __doc__, needs_argument=True, settings=SETTINGS)
 
 
 if __name__ == '__main__':

@@ -17,34 +17,38 @@ import torch
 from labml_txl.cli import parse_overrides, run_script
 from labml_txl.generation import generate
 from labml_txl.published_models import read_vocabulary, text_codec, vocabulary_path
+from labml_txl.settings import Settings
 from labml_txl.train.runs import load_trained_run
+from labml_txl.train.script_settings import GenerateXLSettings, read_settings
 from labml_txl.xl import MemTransformerLM
 
-SETTINGS = ('prompt', 'n_tokens', 'temperature', 'top_k', 'top_p', 'context', 'seed')
+SETTINGS = Settings(GenerateXLSettings)
+# What `sample_text` takes
+SAMPLING = ('prompt', 'n_tokens', 'temperature', 'top_k', 'top_p', 'context', 'seed')
 
 
-def _check_settings(settings: Dict[str, Any], accepted) -> None:
-    unknown = sorted(set(settings) - set(accepted))
-    if unknown:
-        raise ValueError(f"unknown setting(s) {unknown}: generate_xl.py accepts {', '.join(accepted)}")
+def _sampling(settings: Dict[str, Any], pretrained: bool) -> Dict[str, Any]:
+    """The checked sampling settings; `pretrained` and `vocab` only for a published model."""
+    given = read_settings(GenerateXLSettings, settings)
+    if not pretrained and {'pretrained', 'vocab'} & set(settings):
+        raise ValueError("vocab: only for a published model (pretrained=PATH); a run samples its own corpus")
+    return {key: getattr(given, key) for key in SAMPLING}
 
 
 def sample_run(run_uuid: str, settings: Dict[str, Any]) -> str:
-    _check_settings(settings, SETTINGS)
+    sampling = _sampling(settings, pretrained=False)
     conf, _ = load_trained_run(run_uuid)
-    return sample_text(conf.model, conf.corpus, **settings)
+    return sample_text(conf.model, conf.corpus, **sampling)
 
 
 def sample_pretrained(settings: Dict[str, Any]) -> str:
-    _check_settings(settings, SETTINGS + ('pretrained', 'vocab'))
-    settings = dict(settings)
-    path = settings.pop('pretrained')
-    model = MemTransformerLM.from_pretrained(path)
-    vocabulary, cache = read_vocabulary(vocabulary_path(path, settings.pop('vocab', None)))
+    sampling = _sampling(settings, pretrained=True)
+    model = MemTransformerLM.from_pretrained(settings['pretrained'])
+    vocabulary, cache = read_vocabulary(vocabulary_path(settings['pretrained'], settings.get('vocab')))
     if len(vocabulary) != model.n_token:
         raise ValueError(f"the vocabulary has {len(vocabulary):,} symbols and the model {model.n_token:,}: give the "
                          f"model's own vocabulary with vocab=PATH")
-    return sample_text(model, text_codec(vocabulary, cache), **settings)
+    return sample_text(model, text_codec(vocabulary, cache), **sampling)
 
 
 def sample_text(model, corpus, prompt: str = '\n', n_tokens: int = 500, temperature: float = 0.8, top_k: int = 0,
@@ -61,14 +65,14 @@ def sample_text(model, corpus, prompt: str = '\n', n_tokens: int = 500, temperat
 
 def main(argv: List[str]) -> int:
     def action(args: List[str]):
-        if args and '=' not in args[0]:
-            return print(sample_run(args[0], parse_overrides(args[1:])))
-        settings = parse_overrides(args)
+        if args and '=' not in args[0] and not args[0].startswith('-'):
+            return print(sample_run(args[0], parse_overrides(args[1:], SETTINGS)))
+        settings = parse_overrides(args, SETTINGS)
         if 'pretrained' not in settings:
             raise ValueError("give a RUN_UUID, or pretrained=PATH for a published model (see --help)")
         print(sample_pretrained(settings))
 
-    return run_script(action, argv, __doc__, needs_argument=True)
+    return run_script(action, argv, __doc__, needs_argument=True, settings=SETTINGS)
 
 
 if __name__ == '__main__':

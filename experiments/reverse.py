@@ -7,19 +7,23 @@ and counts a sequence as right only when every token is (exact match).
 
     python experiments/reverse.py               # trains until exact match > 99% on held-out sequences
     python experiments/reverse.py seq_len=12 transformer.n_layers=3
+
+`--help` lists every setting.
 """
 import sys
 import time
 
 import torch
-from labml import experiment, monit, tracker
+from labml import monit, tracker
 from labml.configs import option
 from torch import nn
 
 from labml_txl.attention_mask import subsequent_mask
-from labml_txl.cli import parse_overrides
+from labml_txl.cli import parse_overrides, run_script
 from labml_txl.config_validation import ValidatedConfigs
 from labml_txl.configs import TransformerConfigs
+from labml_txl.settings import Settings
+from labml_txl.train.run_start import create_run, next_commands, script_path, started_run
 
 # Token 0 starts the decoder's input; digits are tokens 1 .. n_digits
 START = 0
@@ -28,15 +32,23 @@ START = 0
 class ReverseConfigs(ValidatedConfigs):
     """Configurations of the reversal task."""
     transformer: TransformerConfigs
+    # Distinct digits (tokens 1 .. n_digits)
     n_digits: int = 10
+    # Digits per sequence
     seq_len: int = 10
+    # Sequences per batch
     batch_size: int = 64
-    learning_rate: float = 1e-3
-    steps: int = 3000
-    eval_every: int = 100
+    # Learning rate of Adam
+    lr: float = 1e-3
+    # Training steps at most
+    max_step: int = 3000
+    # Measure held-out accuracy every this many steps
+    eval_interval: int = 100
+    # Held-out sequences
     eval_size: int = 1000
     # Stop once held-out exact-match accuracy reaches this
     target_accuracy: float = 0.995
+    # Random seed of the weights and the sequences
     seed: int = 0
 
 
@@ -51,6 +63,7 @@ def _transformer(c: ReverseConfigs):
 # A small model suffices; command-line overrides replace any of these
 DEFAULT_OVERRIDES = {'transformer.d_model': 64, 'transformer.n_heads': 4, 'transformer.n_layers': 2,
                      'transformer.ffn.d_ff': 128, 'transformer.dropout': 0.0}
+SETTINGS = Settings(ReverseConfigs, DEFAULT_OVERRIDES)
 
 
 def sample(conf: ReverseConfigs, batch_size: int, generator: torch.Generator):
@@ -88,19 +101,19 @@ def exact_match(conf: ReverseConfigs, src: torch.Tensor, tgt: torch.Tensor) -> f
     return accuracy
 
 
-def run(overrides: dict) -> float:
+def run(overrides: dict, screen: bool = True) -> float:
     """Train with `overrides` and return the held-out exact-match accuracy reached."""
     conf = ReverseConfigs()
-    experiment.create(name='reverse')
-    experiment.configs(conf, {**DEFAULT_OVERRIDES, **overrides})
+    create_run('reverse', conf, {**DEFAULT_OVERRIDES, **overrides}, screen=screen, script=__file__,
+               script_defaults=DEFAULT_OVERRIDES)
     torch.manual_seed(conf.seed)
     generator = torch.Generator().manual_seed(conf.seed)
     held_out = sample(conf, conf.eval_size, torch.Generator().manual_seed(conf.seed + 1))
     model = conf.transformer.encoder_decoder
-    optimizer = torch.optim.Adam(model.parameters(), lr=conf.learning_rate)
+    optimizer = torch.optim.Adam(model.parameters(), lr=conf.lr)
     accuracy, started = 0.0, time.time()
-    with experiment.start():
-        for step in monit.loop(conf.steps):
+    with started_run() as run_path:
+        for step in monit.loop(conf.max_step):
             src, tgt = sample(conf, conf.batch_size, generator)
             logits = teacher_forced_logits(conf, src, tgt)
             loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1))
@@ -108,15 +121,17 @@ def run(overrides: dict) -> float:
             loss.backward()
             optimizer.step()
             tracker.save({'loss.train': loss.item()})
-            if (step + 1) % conf.eval_every == 0:
+            if (step + 1) % conf.eval_interval == 0:
                 accuracy = exact_match(conf, *held_out)
                 tracker.save({'accuracy.valid': accuracy})
                 if accuracy >= conf.target_accuracy:
                     break
     print(f'\nExact-match accuracy on {conf.eval_size} held-out sequences: {accuracy:.2%} '
           f'after {step + 1} steps ({time.time() - started:.0f} s)')
+    print('\n'.join(next_commands(run_path.name, run_path, script_path(__file__), resumable=False)))
     return accuracy
 
 
 if __name__ == '__main__':
-    run(parse_overrides(sys.argv[1:]))
+    sys.exit(run_script(lambda args: run(parse_overrides(args, SETTINGS)), sys.argv[1:], __doc__,
+                        settings=SETTINGS))

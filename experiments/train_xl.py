@@ -8,14 +8,13 @@ Every item of `TrainXLConfigs` (and so of `TransformerXLConfigs`) is a key: for 
 `preset=enwik8_base corpus_name=enwik8 data_path=data/enwik8.zip mem_len=256`, or for the bundled corpus
 `n_layer=4 d_model=256 max_step=2000`. `resume=RUN_UUID` continues a run from its last checkpoint, exactly as if
 it had never stopped (further key=value pairs change that run's configs, e.g. a larger `max_step`).
-`docs/options.md` lists every key; `docs/training.md` explains the workflow.
+The settings are listed below and in `docs/options.md`; `docs/experiments.md` explains the workflow.
 
 Distributed data-parallel: `torchrun --nproc_per_node 2 experiments/train_xl.py [key=value ...]` (gloo on the
 CPU, NCCL on CUDA); each process trains on its share of every batch's columns.
 """
 import contextlib
 import sys
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
@@ -23,19 +22,28 @@ from labml import experiment, logger
 from labml.internal.experiment import experiment_singleton
 
 from labml_txl.cli import parse_overrides, run_script
+from labml_txl.settings import Settings
 from labml_txl.train.configs import TrainXLConfigs, device_of_name
 from labml_txl.train.distributed import run_in_environment
 from labml_txl.train.interruption import TrainingInterrupted
+from labml_txl.train.run_start import create_run, next_commands, script_path, started_run
 from labml_txl.train.runs import (check_run_uuid, find_run, latest_checkpoint_of_run, load_overrides, lock_run,
                                   remove_labml_pid, save_overrides, use_working_directory_project)
 from labml_txl.train.trainer import Trainer, quality
 
+SETTINGS = Settings(TrainXLConfigs, extra={'resume': ('str', None, 'the UUID of a run to continue from its last '
+                                                                   'checkpoint (other settings change it)')})
 
-def train(overrides: Dict[str, Any], resume: Optional[str] = None, name: str = 'train_xl',
-          writers=None, after_training: Optional[Callable[[Trainer], None]] = None) -> Trainer:
+
+def train(overrides: Dict[str, Any], resume: Optional[str] = None, name: str = 'train_xl', screen: bool = True,
+          after_training: Optional[Callable[[Trainer], None]] = None,
+          script_defaults: Optional[Dict[str, Any]] = None) -> Trainer:
     """
     Train (or resume run `resume`) with `overrides`; returns the trainer after the run. `after_training(trainer)`, if
     given, runs inside the run when training has ended, so what it tracks (more evaluations) is the run's too.
+    `screen=False` keeps the tracked values off the console; they are kept in the run's `log.jsonl` either way
+    (`run_start`). `script_defaults`: a calling script's own defaults among `overrides` (the demo's model), left out
+    of the run's comment where unchanged.
 
     Nothing is written before the configs are checked: their types and values, the model built, and on a resume
     the checkpoint's tensors against the model's shapes; a failed resume leaves the run as it was. A run is trained
@@ -61,7 +69,7 @@ def train(overrides: Dict[str, Any], resume: Optional[str] = None, name: str = '
             if device.type == 'cuda':
                 device = torch.device('cuda', distributed.local_rank)
             if not distributed.is_main:
-                writers = set()
+                screen = False
         is_main = distributed is None or distributed.is_main
         if resume is not None:
             if is_main:
@@ -69,8 +77,8 @@ def train(overrides: Dict[str, Any], resume: Optional[str] = None, name: str = '
             rank_folder = run_path.name if distributed is None else f'{resume}.{distributed.rank}'
             remove_labml_pid(run_path.parent / rank_folder)
         conf = TrainXLConfigs()
-        experiment.create(name=name, uuid=run_uuid, writers=writers, **labml_rank)
-        experiment.configs(conf, overrides)
+        create_run(name, conf, overrides, uuid=run_uuid, screen=screen, script=__file__,
+                   script_defaults=script_defaults, **labml_rank)
         run = experiment_singleton().run
         # The run's first folder holds the overrides and the checkpoints: rank 0's of a distributed run, wherever
         # it is resumed from, with any number of processes
@@ -88,36 +96,32 @@ def train(overrides: Dict[str, Any], resume: Optional[str] = None, name: str = '
             if resume is None:
                 held.enter_context(lock_run(main_path, run.uuid))
             save_overrides(main_path, overrides)
-        with experiment.start(global_step=trainer.step):
+        with started_run(global_step=trainer.step, keep_metrics=is_main):
             try:
                 valid = trainer.run()
                 if after_training is not None:
                     after_training(trainer)
             except TrainingInterrupted as stopped:
-                stopped.resume_command = f'python {_this_script()} resume={run.uuid}'
+                stopped.resume_command = f'python {script_path(__file__)} resume={run.uuid}'
                 experiment_singleton().finish('interrupted', str(stopped))
                 raise
     if valid is not None:
         measure = ', '.join(f'{k} {v:.3f}' for k, v in quality(valid, conf.corpus.level).items())
         logger.log(f'Validation after {trainer.step} steps: loss {valid:.4f}, {measure}')
+    if is_main:
+        print('\n'.join(next_commands(run.uuid, main_path, script_path(__file__))))
     return trainer
-
-
-def _this_script() -> str:
-    """This file's path, relative to the working directory where it lies below it."""
-    path = Path(__file__).resolve()
-    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
 def main(argv: List[str]) -> int:
     def action(args: List[str]):
-        overrides = parse_overrides(args)
+        overrides = parse_overrides(args, SETTINGS)
         use_working_directory_project()
         # `resume=None` or `resume=` is a mistake, not a new run
         resume = check_run_uuid(overrides.pop('resume')) if 'resume' in overrides else None
         train(overrides, resume=resume)
 
-    return run_script(action, argv, __doc__)
+    return run_script(action, argv, __doc__, settings=SETTINGS)
 
 
 if __name__ == '__main__':

@@ -1,15 +1,22 @@
 """
-# `key=value` overrides from the command line
+# One command line for every experiment script
 
-`python experiments/demo.py transformer.d_model=128 steps=200` gives labml the dictionary
-`{'transformer.d_model': 128, 'steps': 200}`. The words `true`, `false`, `yes` and `no`, in any case, are
+Every script in `experiments/` runs through `run_script` and takes its settings as `key=value`:
+`python experiments/char_transformer.py transformer.d_model=128 max_step=200` gives labml the dictionary
+`{'transformer.d_model': 128, 'max_step': 200}`. The words `true`, `false`, `yes` and `no`, in any case, are
 booleans; other values are read as Python literals where they parse (`128`, `0.5`, `None`, `[1, 2]`) and kept as
 strings otherwise (`SwiGLU`). A `bool` config item also takes `1` and `0`, and nothing else
 (`config_validation`), so `pre_lnorm=flase` is an error, not a true value.
+
+`--help` lists every setting a script takes, from its configs (`settings.Settings`); an argument that is not
+`key=value` (`--n_layer 2`) is refused with the `key=value` that the script takes instead.
 """
 import ast
 import sys
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
+
+from .errors import closest
+from .settings import Settings
 
 BOOLEAN_WORDS = {'true': True, 'yes': True, 'false': False, 'no': False}
 
@@ -24,34 +31,53 @@ def parse_value(text: str) -> Any:
         return text
 
 
-def parse_overrides(argv: List[str]) -> Dict[str, Any]:
-    """`['a=1', 'b.c=x']` to `{'a': 1, 'b.c': 'x'}`; anything not of the form `key=value` is an error."""
+def parse_overrides(argv: List[str], settings: Optional[Settings] = None) -> Dict[str, Any]:
+    """
+    `['a=1', 'b.c=x']` to `{'a': 1, 'b.c': 'x'}`. Anything not of the form `key=value` is a `ValueError` that
+    shows the `key=value` meant (`--n_layer 2` gives `n_layer=2`), with the closest key of `settings` where the
+    key is not one of them.
+    """
     overrides = {}
-    for arg in argv:
+    for position, arg in enumerate(argv):
         key, sep, value = arg.partition('=')
         if not sep or not key:
-            raise SystemExit(f"argument {arg!r} is not accepted: give overrides as key=value, "
-                             f"for example transformer.d_model=128")
+            raise ValueError(f"argument {arg!r} is not accepted: {_meant(argv, position, settings)}")
         overrides[key] = parse_value(value)
     return overrides
 
 
-def run_script(action: Callable[[List[str]], Any], argv: List[str], usage: str, needs_argument: bool = False) -> int:
+def _meant(argv: List[str], position: int, settings: Optional[Settings]) -> str:
+    """What to write instead of `argv[position]`, which is not `key=value`."""
+    key = argv[position].lstrip('-').partition('=')[0].replace('-', '_')
+    following = argv[position + 1] if position + 1 < len(argv) else ''
+    value = following if following and '=' not in following else 'VALUE'
+    keys = settings.keys() if settings is not None else []
+    if keys and key not in keys:
+        match = closest(key, keys).strip()
+        return f"give settings as key=value ({match or 'no setting is named ' + repr(key) + '.'} `--help` lists them)"
+    return f"give settings as key=value, here {key or 'KEY'}={value} (`--help` lists them)"
+
+
+def run_script(action: Callable[[List[str]], Any], argv: List[str], usage: str, needs_argument: bool = False,
+               settings: Optional[Settings] = None) -> int:
     """
-    Run `action(argv)` for an experiment script: `--help` prints `usage`; a user error (unknown key or option, a
+    Run `action(argv)` for an experiment script: `--help` prints `usage` and every setting of `settings`; a user error (unknown key or option, a
     value of the wrong type, missing run or file, bad value, unreadable checkpoint, a run another process trains)
     prints `error: ...` and exits 2 instead of a traceback. A training stopped by SIGINT or SIGTERM prints how to
-    resume and exits 128 + the signal's number; a Ctrl-C elsewhere exits 130 with one line.
+    resume and exits 128 + the signal's number; a Ctrl-C elsewhere exits 130 with one line. An `action` that
+    returns an int returns it as the exit code.
     """
     from .config_validation import ConfigTypeError
     from .train.checkpoint import CheckpointError
     from .train.interruption import TrainingInterrupted
     from .train.runs import RunInUseError
     if any(a in ('-h', '--help') for a in argv) or (needs_argument and not argv):
-        print(usage)
+        print(usage.strip('\n'))
+        if settings is not None:
+            print('\n' + settings.help())
         return 2 if not argv and needs_argument else 0
     try:
-        action(argv)
+        result = action(argv)
     except TrainingInterrupted as stopped:
         # On a line of its own, after the progress line labml's screen leaves open
         print(f'\n{stopped}', file=sys.stderr)
@@ -62,4 +88,5 @@ def run_script(action: Callable[[List[str]], Any], argv: List[str], usage: str, 
     except (LookupError, ValueError, OSError, CheckpointError, ConfigTypeError, RunInUseError) as error:
         print(f'error: {error}', file=sys.stderr)
         return 2
-    return 0
+    # (an action may return its own exit code: a sweep with a failed run)
+    return result if isinstance(result, int) and not isinstance(result, bool) else 0

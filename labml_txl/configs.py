@@ -319,32 +319,50 @@ class TransformerXLConfigs(ValidatedConfigs):
     """
     # Vocabulary size; set by the corpus
     n_token: int
+    # Number of layers
     n_layer: int = 12
+    # Number of attention heads
     n_head: int = 10
+    # Width of the residual stream
     d_model: int = 500
+    # Width of each head
     d_head: int = 50
+    # Hidden width of the position-wise feed-forward layer
     d_inner: int = 1000
+    # Dropout probability of the residual branches and embeddings
     dropout: float = 0.0
+    # Dropout probability of the attention weights
     dropatt: float = 0.0
+    # Share the embedding's weights with the softmax's
     tie_weight: bool = True
     # Embedding size; `None` for `d_model`
     d_embed: Optional[int] = None
+    # Adaptive embedding: each cluster's width is the previous one's divided by this
     div_val: int = 1
     # Which adaptive-softmax projections share the embedding's; `'none'` or `'all_but_first'`, or a list
     tie_projs: List[bool] = 'none'
+    # Normalise before each sub-layer (pre-norm) instead of after it
     pre_lnorm: bool = False
     # LayerNorm (the original's) or RMSNorm in every layer (`norms.py`)
     norm: str = 'layer_norm'
+    # Segment length: tokens predicted per step
     tgt_len: int = 70
+    # Extended context: tokens before the segment given as input, not predicted
     ext_len: int = 0
+    # Memory length: hidden states of earlier segments each layer attends to (0: no memory)
     mem_len: int = 0
+    # Adaptive softmax and embedding cluster boundaries (empty: one cluster)
     cutoffs: List[int] = []
+    # Adaptive input embedding (the original's `adaptive` for the input)
     adapt_inp: bool = False
+    # Every query attends to the same number of keys
     same_length: bool = False
     # 0 relative (the paper's), 1 learnable relative, 2 absolute, 3 absolute deeper, 4 rotary, 5 ALiBi, 6 T5 bias;
     # set by `attention`
     attn_type: int = 0
+    # Relative distances beyond this use this one's encoding (-1: no clamp)
     clamp_len: int = -1
+    # Sampled softmax with this many samples (-1: the full softmax)
     sample_softmax: int = -1
     # Per-layer $u$, $v$ (the authors' TensorFlow code and published WikiText-103 model)
     untie_r: bool = False
@@ -352,12 +370,17 @@ class TransformerXLConfigs(ValidatedConfigs):
     original_numerics: bool = False
     # The fraction of each head's features that `'rotary'` attention rotates
     rotary_fraction: float = 1.0
-    # `'t5_bias'`: the number of causal distance buckets, and the distance from which all keys share the last one
+    # `'t5_bias'`: the number of causal distance buckets
     t5_num_buckets: int = 32
+    # `'t5_bias'`: the distance from which all keys share the last bucket
     t5_max_distance: int = 128
+    # Weight initialisation: 'normal' or 'uniform'
     init: str = 'normal'
+    # Range of the uniform initialisation
     init_range: float = 0.1
+    # Standard deviation of the normal initialisation
     init_std: float = 0.02
+    # Standard deviation of the adaptive softmax's projections' initialisation
     proj_init_std: float = 0.01
 
     # The attention variant by name
@@ -367,10 +390,13 @@ class TransformerXLConfigs(ValidatedConfigs):
 
     # Segment length of validation during training (the original's `eval_tgt_len`); `tgt_len` by default
     eval_tgt_len: int
-    # The paper's final evaluation (the original's `eval.py`): longer memories, clamped distances
+    # The paper's final evaluation (the original's `eval.py`, longer memories, clamped distances): segment length
     test_tgt_len: int
+    # The paper's final evaluation: memory length
     test_mem_len: int = 0
+    # The paper's final evaluation: clamp of relative distances
     test_clamp_len: int = -1
+    # The paper's final evaluation: every query attends to the same number of keys
     test_same_length: bool = False
 
     # The model

@@ -80,6 +80,18 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _labml_project_chosen_per_test():
+    """
+    Each test's runs lie in the labml project its own working directory chooses: `use_working_directory_project`
+    keeps the first choice of a process (a program's own `lab.configure` wins), and a test runs in a process of
+    many tests. Forgetting the chosen path before every test lets each choose again.
+    """
+    from labml.internal.lab import lab_singleton
+    configs = lab_singleton().custom_configs
+    configs[:] = [c for c in configs if 'path' not in c]
+
+
 @pytest.fixture
 def count_calls(monkeypatch):
     """`count_calls(module, names)`: wraps each named attribute of `module` so that its calls are counted in the

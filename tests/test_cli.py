@@ -25,7 +25,7 @@ def test_pre_lnorm_false_trains_a_post_norm_model(tmp_path, monkeypatch, word):
     monkeypatch.chdir(tmp_path)
     overrides = parse_overrides(['n_layer=1', 'd_model=16', 'n_head=2', 'd_head=8', 'd_inner=16', 'tgt_len=8',
                                  'mem_len=8', 'batch_size=2', 'max_step=1', 'max_eval_steps=1', f'pre_lnorm={word}'])
-    trainer = train_xl.train(overrides, writers=set())
+    trainer = train_xl.train(overrides, screen=False)
     assert trainer.conf.pre_lnorm is False
     layer = trainer.model.layers[0]
     assert layer.dec_attn.pre_lnorm is False and layer.pos_ff.pre_lnorm is False

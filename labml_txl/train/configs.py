@@ -22,12 +22,15 @@ PRECISIONS = ('float32', 'bf16', 'fp16')
 
 class TrainXLConfigs(TransformerXLConfigs):
     """The model, data, optimizer, schedule and loop of a Transformer-XL training run."""
-    # Data: a corpus name of `labml_txl.data.get_corpus` and its file or folder (none for the bundled one)
+    # The corpus: a name of `labml_txl.data.get_corpus`
     corpus_name: str = 'tiny_shakespeare'
+    # The corpus's file or folder (none for the bundled Tiny Shakespeare)
     data_path: Optional[str] = None
+    # The corpus, read from `data_path`
     corpus: Corpus
     # Vocabulary size, from the corpus
     n_token: int
+    # Sequences per batch
     batch_size: int = 60
     # Split each batch into this many chunks and accumulate gradients (same result, less memory)
     batch_chunk: int = 1
@@ -36,17 +39,21 @@ class TrainXLConfigs(TransformerXLConfigs):
 
     # Optimizer: 'adam', 'sgd' or 'adagrad'
     optimizer: torch.optim.Optimizer = 'adam'
+    # Learning rate (peak of the schedule)
     lr: float = 0.00025
     # Momentum of SGD
     mom: float = 0.0
     # Schedule: 'cosine' (with warm-up), 'inv_sqrt', 'dev_perf' or 'constant'
     scheduler: object = 'cosine'
+    # Steps of linear warm-up
     warmup_step: int = 0
+    # Training steps
     max_step: int = 100000
     # Lowest learning rate of the cosine schedule
     eta_min: float = 0.0
-    # Factor and floor of `dev_perf`
+    # Factor of `dev_perf`'s decay
     decay_rate: float = 0.5
+    # Lowest learning rate of `dev_perf`
     lr_min: float = 0.0
     # Gradient-norm clipping
     clip: float = 0.25
@@ -55,10 +62,12 @@ class TrainXLConfigs(TransformerXLConfigs):
     precision: str = 'float32'
     # 'cpu', 'cuda', 'cuda:1', ... or 'auto' (CUDA when there is one)
     device: str = 'auto'
+    # Random seed of the weights, the data order and dropout
     seed: int = 1111
 
-    # Evaluate on the validation split every this many steps, over at most `max_eval_steps` segments (-1: all)
+    # Evaluate on the validation split every this many steps
     eval_interval: int = 4000
+    # Validation segments per evaluation (-1: all of the split)
     max_eval_steps: int = -1
     # Save a checkpoint every this many steps (0: only at the end)
     checkpoint_interval: int = 1000

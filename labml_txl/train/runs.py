@@ -13,7 +13,6 @@ from typing import Any, Dict
 from labml import experiment, lab
 
 from ..file_lock import FileLock
-from .checkpoint import CheckpointError, load_latest_checkpoint, load_model_state
 
 OVERRIDES_FILE = 'overrides.json'
 LOCK_FILE = 'train.lock'
@@ -32,6 +31,18 @@ class RunInUseError(RuntimeError):
     """Another process is training the run."""
 
 
+def project_root(cwd: Path) -> Path:
+    """
+    The labml project of the folder `cwd`: the nearest folder above it (itself included) with a `.labml.yaml`, else
+    `cwd` itself. Reads nothing and configures nothing (the dashboard calls it to find the runs it follows).
+
+    Args:
+        cwd: a working directory, absolute.
+    """
+    cwd = Path(cwd)
+    return next((folder for folder in (cwd, *cwd.parents) if (folder / PROJECT_FILE).is_file()), cwd)
+
+
 def use_working_directory_project() -> None:
     """
     Runs are created and found in the labml project of the working directory: the nearest folder above it with a
@@ -45,8 +56,7 @@ def use_working_directory_project() -> None:
     lab_ = lab_singleton()
     if any('path' in configs for configs in lab_.custom_configs):
         return
-    cwd = Path.cwd()
-    root = next((folder for folder in (cwd, *cwd.parents) if (folder / PROJECT_FILE).is_file()), cwd)
+    root = project_root(Path.cwd())
     settings = util.yaml_load((root / PROJECT_FILE).read_text()) if (root / PROJECT_FILE).is_file() else None
     lab_.set_configurations({**(settings or {}), 'path': str(root)})
 
@@ -63,7 +73,8 @@ def check_run_uuid(run_uuid: Any) -> str:
 
 
 def _known_runs(experiments: Path) -> str:
-    known = sorted(p.name for e in experiments.iterdir() if e.is_dir() for p in e.iterdir() if p.is_dir()) \
+    known = sorted(p.name for e in experiments.iterdir() if e.is_dir() for p in e.iterdir()
+                   if (p / 'run.yaml').is_file()) \
         if experiments.is_dir() else []
     return f" (runs there: {', '.join(known[-5:])})" if known else ' (there are no runs there)'
 
@@ -96,7 +107,8 @@ def find_run(run_uuid: str,
 
 def save_overrides(run_path: Path, overrides: Dict[str, Any]) -> None:
     run_path.mkdir(parents=True, exist_ok=True)
-    (run_path / OVERRIDES_FILE).write_text(json.dumps(overrides, indent=2, sort_keys=True))
+    # (in the order given: a resumed run's comment lists them as the first start did)
+    (run_path / OVERRIDES_FILE).write_text(json.dumps(overrides, indent=2))
 
 
 def load_overrides(run_path: Path) -> Dict[str, Any]:
@@ -116,6 +128,7 @@ def remove_labml_pid(run_path: Path) -> None:
 def latest_checkpoint_of_run(checkpoint_dir: Path, run_uuid: str):
     """`(step, state)` of the newest readable checkpoint of run `run_uuid`, or a `CheckpointError` saying it has
     none."""
+    from .checkpoint import CheckpointError, load_latest_checkpoint  # torch: not for the readers of run folders
     latest = load_latest_checkpoint(checkpoint_dir)
     if latest is None:
         raise CheckpointError(f"run {run_uuid} has no checkpoint in {checkpoint_dir}")
@@ -129,6 +142,7 @@ def load_trained_run(run_uuid: str, overrides: Dict[str, Any] = None):
 
     Returns `(conf, step)`: `conf.model` holds the trained weights, in eval mode.
     """
+    from .checkpoint import load_model_state
     from .configs import TrainXLConfigs
     use_working_directory_project()
     run_path = find_run(check_run_uuid(run_uuid))

@@ -9,7 +9,7 @@ import reverse  # noqa: E402
 
 def test_reversal_reaches_99_percent_exact_match(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    accuracy = reverse.run({'steps': 1500, 'target_accuracy': 0.99})
+    accuracy = reverse.run({'max_step': 1500, 'target_accuracy': 0.99}, screen=False)
     assert accuracy > 0.99
 
 

@@ -47,7 +47,7 @@ def test_two_processes_equal_one_process_on_the_global_batch(tmp_path):
         lab.configure({{'path': {str(tmp_path / 'lab')!r}}})
         import train_xl
         torch.set_default_dtype(torch.float64)
-        trainer = train_xl.train({OVERRIDES!r}, writers=set())
+        trainer = train_xl.train({OVERRIDES!r}, screen=False)
         if trainer.distributed.is_main:
             torch.save({{'model': trainer.model.state_dict(), 'history': trainer.history,
                          'group_left': not torch.distributed.is_initialized(),
@@ -63,7 +63,7 @@ def test_two_processes_equal_one_process_on_the_global_batch(tmp_path):
     default_dtype = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
-        single = train_xl.train(dict(OVERRIDES), writers=set())
+        single = train_xl.train(dict(OVERRIDES), screen=False)
     finally:
         torch.set_default_dtype(default_dtype)
         lab.configure({'path': str(REPO)})
@@ -106,7 +106,7 @@ def test_a_signal_to_one_rank_stops_every_rank_at_the_same_step(tmp_path):
         import train_xl
         rank = os.environ['RANK']
         try:
-            train_xl.train({OVERRIDES!r}, writers=set())
+            train_xl.train({OVERRIDES!r}, screen=False)
         except TrainingInterrupted as stopped:
             record = {{'step': stopped.step, 'signal': stopped.signal_number,
                        'checkpoint': str(stopped.checkpoint) if stopped.checkpoint else None}}
@@ -126,7 +126,7 @@ def test_a_signal_to_one_rank_stops_every_rank_at_the_same_step(tmp_path):
 
     lab.configure({'path': str(tmp_path / 'lab')})
     try:
-        resumed = train_xl.train({}, resume=run_uuid, writers=set())
+        resumed = train_xl.train({}, resume=run_uuid, screen=False)
     finally:
         lab.configure({'path': str(REPO)})
     assert [step for step, _ in resumed.history] == [5, 6]

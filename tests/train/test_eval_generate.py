@@ -21,16 +21,22 @@ OVERRIDES = {'n_layer': 2, 'd_model': 32, 'n_head': 2, 'd_head': 16, 'd_inner': 
 def trained_run(tmp_path_factory):
     path = tmp_path_factory.mktemp('lab')
     lab.configure({'path': str(path)})
-    trainer = train_xl.train(dict(OVERRIDES), writers=set())
+    trainer = train_xl.train(dict(OVERRIDES), screen=False)
     run_uuid = next(path.glob('logs/*/*')).name
-    yield run_uuid, trainer
+    yield run_uuid, trainer, path
     lab.configure({'path': str(REPO)})
 
 
+@pytest.fixture(autouse=True)
+def _in_the_project_of_the_trained_run(trained_run):
+    # (the conftest lets every test choose its project again; these find the module's run in its own)
+    lab.configure({'path': str(trained_run[2])})
+
+
 def test_eval_equals_a_hand_written_loop_over_the_split(trained_run):
-    run_uuid, trainer = trained_run
+    run_uuid, trainer, _ = trained_run
     result = eval_xl.evaluate_run(run_uuid, {'split': 'valid', 'tgt_len': 8, 'mem_len': 24, 'batch_size': 3,
-                                             'max_steps': 5})
+                                             'max_eval_steps': 5})
     # The same: the validation stream in 3 columns, segments of 8, the memory of the last 24 positions
     model = trainer.model.eval()
     model.reset_length(8, 0, 24)
@@ -47,14 +53,54 @@ def test_eval_equals_a_hand_written_loop_over_the_split(trained_run):
 
 
 def test_generate_starts_with_the_prompt_and_repeats_with_the_seed(trained_run):
-    run_uuid, _ = trained_run
+    run_uuid, _, _ = trained_run
     settings = {'prompt': 'ROMEO:', 'n_tokens': 40, 'temperature': 0.9, 'seed': 3}
     text = generate_xl.sample_run(run_uuid, settings)
     assert text.startswith('ROMEO:') and len(text) == len('ROMEO:') + 40
     assert generate_xl.sample_run(run_uuid, settings) == text
 
 
-def test_unknown_settings_are_named(trained_run):
-    run_uuid, _ = trained_run
-    with pytest.raises(ValueError, match=r"unknown setting\(s\) \['mem_length'\]: eval_xl.py accepts"):
-        eval_xl.evaluate_run(run_uuid, {'mem_length': 3})
+def test_unknown_settings_are_named_with_the_closest(trained_run):
+    run_uuid, _, _ = trained_run
+    with pytest.raises(KeyError, match=r"unknown config key 'memlen'.*Did you mean 'mem_len'"):
+        eval_xl.evaluate_run(run_uuid, {'memlen': 3})
+    with pytest.raises(KeyError, match=r"unknown config key 'temprature'.*Did you mean 'temperature'"):
+        generate_xl.sample_run(run_uuid, {'temprature': 3})
+
+
+@pytest.mark.parametrize('settings, message', [
+    ({'same_length': 'maybe'}, r"same_length='maybe' is not accepted: EvalXLSettings.same_length takes a bool"),
+    ({'clamp_len': 1.5}, r"clamp_len=1.5 is not accepted: EvalXLSettings.clamp_len takes an integer"),
+    ({'split': 'dev'}, r"split='dev' is not accepted: train, valid, test"),
+    ({'vocab': 'v.pkl'}, r"vocab: only for a published model"),
+])
+def test_evaluation_settings_are_checked_before_loading(trained_run, settings, message):
+    run_uuid, _, _ = trained_run
+    with pytest.raises((TypeError, ValueError), match=message):
+        eval_xl.evaluate_run(run_uuid, settings)
+
+
+def test_paper_settings_on_a_run_without_a_preset_are_an_error_naming_them(trained_run, capsys):
+    # The run trained with mem_len=16 and no preset: its test_mem_len is the default 0, which nobody chose
+    run_uuid, _, _ = trained_run
+    with pytest.raises(ValueError, match=r"paper=True takes the paper's test settings \(test_tgt_len, test_mem_len, "
+                                         r"test_clamp_len, test_same_length\).*it trained with tgt_len=16 mem_len=16"):
+        eval_xl.evaluate_run(run_uuid, {'paper': True})
+    assert eval_xl.main([run_uuid, 'paper=True']) == 2
+    assert 'error: paper=True' in capsys.readouterr().err
+
+
+def test_paper_settings_are_the_runs_test_items_where_it_set_them(tmp_path):
+    # A run that set its own test_* items is evaluated with them by paper=True: equal to giving them by hand
+    lab.configure({'path': str(tmp_path)})
+    try:
+        train_xl.train(dict(OVERRIDES, max_step=2, test_mem_len=32, test_tgt_len=8), screen=False)
+        run_uuid = next(tmp_path.glob('logs/*/*')).name
+        paper = eval_xl.evaluate_run(run_uuid, {'paper': True, 'split': 'valid', 'max_eval_steps': 3})
+        by_hand = eval_xl.evaluate_run(run_uuid, {'split': 'valid', 'max_eval_steps': 3, 'tgt_len': 8, 'mem_len': 32,
+                                                  'clamp_len': -1, 'same_length': False})
+        assert paper == by_hand
+        trained = eval_xl.evaluate_run(run_uuid, {'split': 'valid', 'max_eval_steps': 3})
+        assert trained != paper
+    finally:
+        lab.configure({'path': str(REPO)})

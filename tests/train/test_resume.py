@@ -89,10 +89,10 @@ def test_resume_after_a_stop_equals_an_uninterrupted_run(lab_dir, how, corrupt_n
 
     if corrupt_newest:
         with pytest.warns(RuntimeWarning, match=r"checkpoint .*15/tensors.safetensors does not match its checksum"):
-            resumed = train_xl.train({}, resume=run_uuid, writers=set())
+            resumed = train_xl.train({}, resume=run_uuid, screen=False)
     else:
-        resumed = train_xl.train({}, resume=run_uuid, writers=set())
-    uninterrupted = train_xl.train(dict(OVERRIDES), writers=set())
+        resumed = train_xl.train({}, resume=run_uuid, screen=False)
+    uninterrupted = train_xl.train(dict(OVERRIDES), screen=False)
 
     assert [step for step, _ in resumed.history] == list(range(resume_from + 1, 31))
     expected = dict(uninterrupted.history)
@@ -104,4 +104,4 @@ def test_resume_after_a_stop_equals_an_uninterrupted_run(lab_dir, how, corrupt_n
 
 def test_resuming_a_run_that_does_not_exist_names_the_uuid(lab_dir):
     with pytest.raises(RunNotFoundError, match=r"run UUID 'no-such-run' does not exist under .*logs"):
-        train_xl.train({}, resume='no-such-run', writers=set())
+        train_xl.train({}, resume='no-such-run', screen=False)

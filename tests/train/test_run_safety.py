@@ -38,7 +38,7 @@ def lab_dir(tmp_path):
 @pytest.fixture
 def finished_run(lab_dir, monkeypatch):
     monkeypatch.setenv('RUN_UUID', 'finished')
-    trainer = train_xl.train(dict(SMALL), writers=set())
+    trainer = train_xl.train(dict(SMALL), screen=False)
     monkeypatch.delenv('RUN_UUID')
     run_path = trainer.checkpoint_dir.parent
     return run_path, (run_path / 'overrides.json').read_bytes()
@@ -61,11 +61,11 @@ def test_a_failed_resume_leaves_the_run_as_it_was(finished_run, overrides, error
     run_path, saved = finished_run
     before = _files(run_path)
     with pytest.raises(error, match=message):
-        train_xl.train(overrides, resume='finished', writers=set())
+        train_xl.train(overrides, resume='finished', screen=False)
     assert (run_path / 'overrides.json').read_bytes() == saved
     assert _files(run_path) == before
     # and the run resumes as before
-    resumed = train_xl.train({'max_step': 6}, resume='finished', writers=set())
+    resumed = train_xl.train({'max_step': 6}, resume='finished', screen=False)
     assert [step for step, _ in resumed.history] == [5, 6] and checkpoint_steps(run_path / 'checkpoints') == [4, 6]
 
 
@@ -82,7 +82,7 @@ def test_resume_needs_the_uuid_of_a_run(finished_run, capsys, argument, message)
 
 def test_resuming_a_run_that_does_not_exist_names_the_uuid(lab_dir):
     with pytest.raises(RunNotFoundError, match=r"run UUID 'no-such-run' does not exist under .*logs"):
-        train_xl.train({}, resume='no-such-run', writers=set())
+        train_xl.train({}, resume='no-such-run', screen=False)
 
 
 def _slow_training(lab_path: Path, run_uuid: str, resume: bool = False) -> subprocess.Popen:
@@ -99,7 +99,7 @@ def _slow_training(lab_path: Path, run_uuid: str, resume: bool = False) -> subpr
             return train_step(self, data, target)
         Trainer.train_step = slow_train_step
         import train_xl
-        train_xl.train({dict(SMALL, max_step=1000)!r}, resume={run_uuid if resume else None!r}, writers=set())
+        train_xl.train({dict(SMALL, max_step=1000)!r}, resume={run_uuid if resume else None!r}, screen=False)
     ''')
     return subprocess.Popen([sys.executable, '-c', script], env={**os.environ, 'RUN_UUID': run_uuid},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -126,13 +126,13 @@ def test_one_process_trains_a_run_at_a_time(finished_run, lab_dir):
         started = time.monotonic()
         with pytest.raises(RunInUseError, match=rf"run finished is being trained by process {training.pid} "
                                                 rf"\(it holds .*{LOCK_FILE}\)"):
-            train_xl.train({}, resume='finished', writers=set())
+            train_xl.train({}, resume='finished', screen=False)
         assert time.monotonic() - started < 30
     finally:
         training.send_signal(signal.SIGKILL)
         training.wait(timeout=60)
     # The lock died with its process: the run resumes
-    resumed = train_xl.train({'max_step': 6}, resume='finished', writers=set())
+    resumed = train_xl.train({'max_step': 6}, resume='finished', screen=False)
     assert resumed.step == 6
 
 

@@ -1,0 +1,147 @@
+"""
+# Starting a run the same way in every script
+
+Every experiment script makes its labml run through `create_run` and trains inside `started_run`:
+
+* the run lies in the labml project of the working directory (`runs.use_working_directory_project`);
+* its comment is what it is: the overrides whose values differ from the configs' defaults, as `key=value`
+  (`attention=alibi mem_len=64`), so two runs of one script are told apart in `runs list` and on the dashboard;
+* its tags say which sweep it belongs to, if any (`sweep:<id>`, given by `labml_txl.sweep` through the
+  `LABML_TXL_SWEEP` environment variable);
+* its overrides are kept in `overrides.json` (so a resume or a sweep rebuilds the same configs);
+* its metrics are kept in `log.jsonl` whether or not a dashboard is up (`metrics_file`);
+* it prints where it lies and the commands that watch, evaluate, resume and sample it (`next_commands`).
+"""
+import contextlib
+import os
+import sys
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Set
+
+from labml import experiment
+from labml.configs import BaseConfigs
+from labml.internal.experiment import experiment_singleton
+from labml.internal.tracker import tracker_singleton
+
+from .metrics_file import METRICS_FILE, MetricsFileWriter
+from .runs import use_working_directory_project
+
+# Set by `labml_txl.sweep` for the runs it starts
+SWEEP_ENV = 'LABML_TXL_SWEEP'
+
+
+def _default_of(conf: BaseConfigs, key: str) -> Any:
+    """The value an item takes when not overridden: its class default, else its first option's name."""
+    defaults = conf._Configs__defaults
+    if key in defaults and defaults[key] is not None:
+        return defaults[key]
+    options = conf._Configs__options.get(key)
+    return next(iter(options)) if options else None
+
+
+def _default_of_dotted(conf: BaseConfigs, key: str) -> Any:
+    """`_default_of` for `a.b.c`: the nested configs' class default (nested items are computed options)."""
+    head, _, rest = key.partition('.')
+    if not rest:
+        return _default_of(conf, head)
+    nested_class = conf._Configs__types.get(head)
+    if isinstance(nested_class, type) and issubclass(nested_class, BaseConfigs):
+        return _default_of_dotted(nested_class(), rest)
+    return None
+
+
+def differing_overrides(conf: BaseConfigs, overrides: Dict[str, Any],
+                        script_defaults: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The overrides whose values differ from the defaults (the script's own where it has one, else `conf`'s), in
+    the order given."""
+    script_defaults = script_defaults or {}
+    return {key: value for key, value in overrides.items()
+            if value != (script_defaults[key] if key in script_defaults else _default_of_dotted(conf, key))}
+
+
+def describe_overrides(overrides: Dict[str, Any]) -> str:
+    """`{'attention': 'alibi', 'mem_len': 64}` as `attention=alibi mem_len=64`."""
+    return ' '.join(f'{key}={value}' for key, value in overrides.items())
+
+
+def sweep_tags() -> Set[str]:
+    """`{'sweep:<id>'}` for a run a sweep started, else nothing."""
+    sweep = os.environ.get(SWEEP_ENV, '').strip()
+    return {f'sweep:{sweep}'} if sweep else set()
+
+
+def create_run(name: str, conf: BaseConfigs, overrides: Dict[str, Any], uuid: Optional[str] = None,
+               screen: bool = True, script: Optional[str] = None, script_defaults: Optional[Dict[str, Any]] = None,
+               **labml_options) -> None:
+    """
+    `experiment.create` and `experiment.configs` for one script's run, as the module docstring says.
+
+    Args:
+        name: the run's name, the script's (`train_xl`).
+        conf: the configs the run computes.
+        overrides: the settings applied to `conf`: the script's defaults and the user's.
+        uuid: the run's UUID (a resume, or one chosen for every rank of a distributed run), else a new one.
+        screen: print the tracked values on the console.
+        script: the script's path, labml's `python_file` of the run.
+        script_defaults: the script's own defaults among `overrides` (a demo's model), left out of the comment
+            where the user did not change them.
+        labml_options: given to `experiment.create` as they are (a distributed run's rank).
+    """
+    use_working_directory_project()
+    comment = describe_overrides(differing_overrides(conf, overrides, script_defaults))
+    experiment.create(name=name, uuid=uuid, comment=comment, writers={'screen'} if screen else set(),
+                      tags=sweep_tags() or None, python_file=script, **labml_options)
+    experiment.configs(conf, overrides)
+
+
+@contextlib.contextmanager
+def started_run(global_step: int = 0, keep_metrics: bool = True) -> Iterator[Path]:
+    """
+    `experiment.start(global_step)` that keeps the run's metrics in its `log.jsonl` (unless `keep_metrics` is false:
+    a distributed run's other ranks). Yields the run's folder.
+    """
+    run = experiment_singleton().run
+    # A step set explicitly earlier in the process (`tracker.set_global_step`) would otherwise stand for every step
+    # of this run: labml prefers it to the loop's count
+    tracker_singleton().set_global_step(None)
+    with experiment.start(global_step=global_step):
+        writer = None
+        if keep_metrics:
+            writer = MetricsFileWriter(run.run_path / METRICS_FILE)
+            tracker_singleton().add_writer(writer)
+        try:
+            yield run.run_path
+        finally:
+            if writer is not None:
+                writer.flush()
+
+
+def script_path(file: str) -> str:
+    """A script's path as a user would type it: relative to the working directory where it lies below it."""
+    path = Path(file).resolve()
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+
+
+def _python() -> str:
+    """The interpreter as a user would type it: relative to the working directory where it lies below it."""
+    executable = Path(sys.executable)
+    return str(executable.relative_to(Path.cwd())) if executable.is_relative_to(Path.cwd()) else 'python'
+
+
+def next_commands(run_uuid: str, run_path: Path, script: str, resumable: bool = True) -> List[str]:
+    """
+    Where a run lies and the commands that watch, compare, resume, evaluate and sample it, as lines to print.
+    `resumable`: a Transformer-XL run of `train_xl.train`, which the other scripts of `script`'s folder resume,
+    evaluate and sample.
+    """
+    python = _python()
+    lines = [f'Run {run_uuid} is kept in {run_path}',
+             f'  show:     {python} -m labml_txl.runs show {run_uuid}',
+             f'  compare:  {python} -m labml_txl.runs compare {run_uuid} OTHER_UUID ...',
+             f'  watch:    {python} -m labml_txl.dashboard   (every run of this project, at http://127.0.0.1:5005)']
+    if resumable:
+        experiments = Path(script).parent
+        lines += [f'  resume:   {python} {script} resume={run_uuid} [max_step=...]',
+                  f'  evaluate: {python} {experiments / "eval_xl.py"} {run_uuid} split=test',
+                  f'  sample:   {python} {experiments / "generate_xl.py"} {run_uuid}']
+    return lines
