@@ -11,6 +11,8 @@ from labml_txl.attention_mask import subsequent_mask
 from labml_txl.config_validation import ConfigKeyError, ConfigOptionError
 from labml_txl.configs import FeedForwardConfigs, TransformerConfigs
 
+from configs_yaml import assert_matches_configs_yaml
+
 
 class AutoregressiveConfigs(BaseConfigs):
     """A user's experiment configs, as labml_nn's experiments write them: only the encoder is used."""
@@ -214,3 +216,109 @@ def test_module_constructors_take_only_bools_and_probabilities():
         TransformerLayer(d_model=8, self_attn=nn.Identity(), feed_forward=nn.Identity(), dropout_prob=1.5)
     with pytest.raises(TypeError, match=r"final_norm='True' is not accepted"):
         Encoder(layer, 2, final_norm='True')
+
+
+# ## The resolved configs, as data and as a table
+
+@pytest.fixture
+def lab_in_tmp(tmp_path, monkeypatch):
+    """A labml project in tmp_path: a started experiment writes its run folder, configs.yaml included, there."""
+    from pathlib import Path
+
+    from labml import lab
+    monkeypatch.chdir(tmp_path)
+    lab.configure({'path': str(tmp_path)})
+    yield tmp_path
+    lab.configure({'path': str(Path(__file__).resolve().parents[1])})
+
+
+def test_resolved_configs_equal_the_configs_yaml_labml_writes(lab_in_tmp):
+    import yaml
+    from labml import experiment
+    from labml.internal.experiment import experiment_singleton
+
+    from labml_txl.config_validation import ResolvedItem, resolved
+    conf = TransformerConfigs()
+    experiment.create(name='resolved', writers=set())
+    experiment.configs(conf, {'n_heads': 2, 'd_model': 16, 'n_layers': 1, 'encoder_attn': 'relative',
+                              'ffn.d_ff': 32, 'ffn.glu_variant': 'SwiGLU'})
+    with experiment.start():
+        conf.encoder
+    written = yaml.safe_load(experiment_singleton().run.configs_path.read_text())
+    items = resolved(conf)
+    assert_matches_configs_yaml(items, written)
+    assert items['ffn.d_ff'] == ResolvedItem('ffn.d_ff', 32, overridden=True, computed=True, option=None)
+    assert items['ffn.d_model'] == ResolvedItem('ffn.d_model', 16, overridden=False, computed=True, option=None)
+    assert items['encoder_attn'] == ResolvedItem('encoder_attn', 'relative', True, True, 'relative')
+    assert items['encoder'] == ResolvedItem('encoder', 'default', False, True, 'default')
+    # set by the GLU variant (an aggregate): labml's string of the module
+    assert items['ffn.activation'].value == 'SiLU()' and items['ffn.is_gated'].value is True
+    assert items['ffn'].value == 'default' and list(items) == sorted(items)
+    # the table of a nested configs does not reach configs.yaml: labml's class path stays
+    assert written['ffn']['computed'] == 'labml_txl.configs.FeedForwardConfigs'
+
+
+def test_nested_configs_in_a_plain_labml_configs_keep_configs_yaml_as_labml_writes_it(lab_in_tmp):
+    """A user's `BaseConfigs` (not ours) holding TransformerConfigs: labml writes the nested item as its class's path,
+    not as our table, and `resolved` reads the user's configs too."""
+    import yaml
+    from labml import experiment
+    from labml.internal.experiment import experiment_singleton
+
+    from labml_txl.config_validation import resolved
+    conf = AutoregressiveConfigs()
+    experiment.create(name='plain', writers=set())
+    experiment.configs(conf, {'transformer.d_model': 16, 'transformer.n_heads': 2, 'transformer.n_src_vocab': 11,
+                              'transformer.n_tgt_vocab': 11, 'transformer.n_layers': 1})
+    with experiment.start():
+        conf.logits(torch.zeros(3, 1, dtype=torch.long))
+        # labml saves configs.yaml when an item of the configs it was given is computed, not one of a nested configs
+        conf.n_tokens
+    written = yaml.safe_load(experiment_singleton().run.configs_path.read_text())
+    assert written['transformer']['computed'] == 'labml_txl.configs.TransformerConfigs'
+    items = resolved(conf)
+    assert_matches_configs_yaml(items, written)
+    assert items['transformer.d_model'].value == 16 and items['transformer.d_model'].overridden
+    assert items['transformer.encoder'].value == 'default'
+    # everywhere else, the table
+    assert str(conf.transformer) == repr(conf.transformer) == f'{conf.transformer}'
+    assert str(conf.transformer).startswith('TransformerConfigs: ')
+
+
+def test_printing_configs_shows_a_key_value_table_with_the_overrides_marked(capsys):
+    conf = TransformerConfigs()
+    conf._set_values({'d_model': 16, 'n_heads': 2, 'ffn.d_ff': 32, 'n_src_vocab': 7})
+    conf.encoder_layer
+    capsys.readouterr()  # labml's "Prepare ..." lines
+    print(conf)
+    text = capsys.readouterr().out
+    assert text == repr(conf) + '\n' and 'object at 0x' not in text
+    lines = text.splitlines()
+    assert lines[0] == f'TransformerConfigs: {sum(1 for l in lines if " = " in l)} items computed (* overridden)'
+    assert re.search(r'^\* d_model\s+= 16$', text, re.M) and re.search(r'^\* ffn\.d_ff\s+= 32$', text, re.M)
+    assert re.search(r'^  dropout\s+= 0\.1$', text, re.M) and re.search(r'^  ffn\.ffn\s+= default$', text, re.M)
+    assert re.search(r'^  encoder_layer\s+= default$', text, re.M)
+    # never computed: named at the end, an override of one marked
+    not_computed = ' '.join(text.split('not computed: ', 1)[1].split())
+    assert 'decoder,' in not_computed and 'n_src_vocab*' in not_computed and 'encoder_layer' not in not_computed
+
+
+def test_resolved_of_a_lazy_conf_gives_the_computed_items_and_computes_nothing():
+    from labml_txl.config_validation import ResolvedItem, resolved
+    conf = TransformerConfigs()
+    assert resolved(conf) == {} and repr(conf).startswith('TransformerConfigs: nothing computed yet')
+    conf.d_model = 16
+    conf._set_values({'ffn.d_ff': 64, 'n_layers': 3})
+    assert conf.n_heads == 8
+    cached = dict(conf._Configs__cached)
+    assert resolved(conf) == {'n_heads': ResolvedItem('n_heads', 8, overridden=False, computed=True)}
+    every = resolved(conf, include_uncomputed=True)
+    assert every['d_model'] == ResolvedItem('d_model', 16, overridden=False, computed=False)
+    assert every['n_layers'] == ResolvedItem('n_layers', 3, overridden=True, computed=False)
+    assert every['encoder'] == ResolvedItem('encoder', 'default', False, False, 'default')
+    assert every['ffn.d_ff'] == ResolvedItem('ffn.d_ff', 64, overridden=True, computed=False)
+    assert 'ffn.d_ff*' in repr(conf)
+    # neither resolving nor printing computed anything
+    assert conf._Configs__cached == cached
+    # an assignment in code is no override, computed or not
+    assert conf.d_model == 16 and resolved(conf)['d_model'] == ResolvedItem('d_model', 16, False, True)
