@@ -1,10 +1,14 @@
-"""The labml dashboard on this machine: `python -m labml_txl.dashboard [--port N] [--data-dir DIR]`.
+"""The labml dashboard on this machine: `python -m labml_txl.dashboard [--port N] [--data-dir DIR] [--project DIR]`.
 
 Runs the real labml app (PyPI `labml-app`, this package's `dashboard` extra) on 127.0.0.1 with its data in
 files under `--data-dir` (default `~/.labml_txl/dashboard`) instead of a MongoDB server, and serves the
 page's d3 / Bootstrap / Font Awesome from local installs (see `labml_txl.dashboard_app.assets`).
 
-A training script reports to it when labml's `app_url` points at `web_api_url(port)`:
+It shows every run of a labml project (`--project`, by default the project of the working directory): it imports
+the run folders under the project's `logs/` and keeps following them, so runs trained while it was down are there,
+and runs training now show a few seconds behind (`labml_txl.dashboard_app.project_runs`).
+
+A training script can also report to it live, when labml's `app_url` points at `web_api_url(port)`:
 
     from labml_txl.dashboard import report_to_dashboard
     report_to_dashboard()                 # before experiment.create(); or set labml_app_url / .labml.yaml
@@ -19,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import List, Optional, Sequence, Union
 
@@ -87,20 +92,79 @@ def _listening(port: int, host: str = HOST) -> bool:
         return False
 
 
-def start_in_background(port: int, data_dir: Union[str, Path], log: Union[str, Path]) -> str:
+def check_project(project: Union[str, Path]) -> Path:
+    """
+    `project` resolved, or a `ValueError` naming it when it is not an existing folder.
+
+    Args:
+        project: the folder of a labml project (its runs are under its `logs/`).
+    """
+    path = Path(project).expanduser()
+    if not path.exists():
+        raise ValueError(f'project: {str(path)!r} does not exist; give the folder of a labml project (the one '
+                         f'holding its logs/ folder), or leave --project out to follow the working directory\'s')
+    if not path.is_dir():
+        raise ValueError(f'project: {str(path)!r} is not a folder; give the folder of a labml project')
+    return path.resolve()
+
+
+def default_project(cwd: Optional[Path] = None) -> Path:
+    """
+    The labml project of the working directory: the nearest folder above it with a `.labml.yaml`, else the folder
+    itself, as `labml_txl.train.runs.project_root` finds it for training.
+
+    Args:
+        cwd: the working directory; default the process's.
+    """
+    from labml_txl.train.runs import project_root
+    return project_root(Path(cwd or Path.cwd()).resolve())
+
+
+def following(port: int, host: str = HOST) -> Optional[str]:
+    """
+    The project the dashboard on `port` follows, None when it follows none (or does not say: an older one).
+
+    Args:
+        port: the dashboard's port.
+        host: its address.
+    """
+    import json
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f'http://{host}:{check_port(port)}/api/labml_txl/following', timeout=5) as r:
+            return json.loads(r.read()).get('project')
+    except (OSError, ValueError):
+        return None
+
+
+def start_in_background(port: int, data_dir: Union[str, Path], log: Union[str, Path],
+                        project: Union[str, Path, None] = None) -> str:
     """
     Start the dashboard in a process of its own on `port`, its runs in `data_dir` and its output appended to
     `log`, and wait until it answers (at most 60 s); or find the one already listening there. It keeps running after
-    this process ends. Returns a line to print: its process id and how to stop it.
+    this process ends. Returns a line to print: its process id and how to stop it, or which project the dashboard
+    already running follows.
+
+    Args:
+        port: its port on 127.0.0.1.
+        data_dir: its store (`--data-dir`).
+        log: the file its output is appended to.
+        project: the labml project whose runs it shows (`--project`); None: the project of the working directory.
     """
     check_port(port)
+    project = check_project(project) if project is not None else None
     if _listening(port):
-        return f'the dashboard already running on port {port}'
+        followed = following(port)
+        if project is not None and followed is not None and Path(followed) != project:
+            return (f'the dashboard already running on port {port} follows the runs of {followed}, not of {project}: '
+                    f'stop it to have these shown')
+        return f'the dashboard already running on port {port}' + (f' (runs of {followed})' if followed else '')
     log = Path(log)
     log.parent.mkdir(parents=True, exist_ok=True)
-    process = subprocess.Popen([sys.executable, '-m', 'labml_txl.dashboard', '--port', str(port),
-                                '--data-dir', str(data_dir)],
-                               stdout=open(log, 'a'), stderr=subprocess.STDOUT, start_new_session=True)
+    command = [sys.executable, '-m', 'labml_txl.dashboard', '--port', str(port), '--data-dir', str(data_dir)]
+    if project is not None:
+        command += ['--project', str(project)]
+    process = subprocess.Popen(command, stdout=open(log, 'a'), stderr=subprocess.STDOUT, start_new_session=True)
     for _ in range(120):
         if _listening(port):
             return f'dashboard process {process.pid} (stop it with `kill {process.pid}`; its log: {log})'
@@ -148,37 +212,71 @@ def _import_labml_app(data_dir: Path, port: int):
     return flask_app
 
 
-def create_app(data_dir: Union[str, Path], port: int = DEFAULT_PORT):
+def create_app(data_dir: Union[str, Path], port: int = DEFAULT_PORT, project: Union[str, Path, None] = None,
+               scan_seconds: float = 2.0):
     """The ASGI app: labml_app on the file store under `data_dir`, behind the local-asset page, with runs
-    reported to `web_api_url` claimed by the local user.
+    reported to `web_api_url` claimed by the local user, and the runs of `project` imported and followed while the
+    server runs (`labml_txl.dashboard_app.project_runs`; None: no project followed).
 
-    Returns `(app, report)`, `report` saying where the data and each page library come from.
+    Returns `(app, report)`, `report` saying where the data, each page library and the runs come from.
     Once per process: labml_app keeps its set-up in module state.
+
+    Args:
+        data_dir: the store.
+        port: the port it is served on (labml_app's settings take it).
+        project: the labml project whose runs it shows, or None.
+        scan_seconds: how often the project's runs are looked at again.
     """
     from labml_txl.dashboard_app.assets import LocalPageApp, find_assets, rewrite_index_html
     from labml_txl.dashboard_app.local_runs import ClaimForToken
+    from labml_txl.dashboard_app.project_runs import FollowProject, ProjectFollower
     from labml_txl.dashboard_app.request_checks import RequestChecks
     from labml_txl.dashboard_app.store import check_data_dir
+    from labml_txl.runs.files import experiments_dir
 
     check_port(port)
     data_dir = check_data_dir(data_dir)
+    project = check_project(project) if project is not None else None
+    # labml_app starts every new series with numpy's mean of no values, which warns on stderr for each
+    warnings.filterwarnings('ignore', message='Mean of empty slice', category=RuntimeWarning, module=r'numpy\.')
+    warnings.filterwarnings('ignore', message='invalid value encountered in scalar divide', category=RuntimeWarning,
+                            module=r'numpy\.')
     flask_app = _import_labml_app(data_dir, port)
     static_dir = Path(flask_app.STATIC_PATH)
     assets = find_assets()
     html, report = rewrite_index_html((static_dir / 'index.html').read_text(encoding='utf-8'), assets)
-    app = RequestChecks(LocalPageApp(ClaimForToken(flask_app.app, LOCAL_TOKEN), static_dir, html, assets))
+    labml_app = ClaimForToken(flask_app.app, LOCAL_TOKEN)
+    follower = None
+    if project is not None:
+        follower = ProjectFollower(project, data_dir, labml_app, LOCAL_TOKEN, scan_seconds=scan_seconds)
+        report.append(f'runs: every run of the project {project} (its run folders under '
+                      f'{experiments_dir(project)}), followed every {scan_seconds:g} s')
+    else:
+        report.append('runs: only those reported live (no project followed)')
+    app = RequestChecks(LocalPageApp(FollowProject(labml_app, follower), static_dir, html, assets))
     return app, [f'data: {data_dir}'] + report
 
 
-def serve(port: int = DEFAULT_PORT, data_dir: Union[str, Path, None] = None, log_level: str = 'warning') -> None:
-    """Start the dashboard on 127.0.0.1:`port` and block until interrupted."""
+def serve(port: int = DEFAULT_PORT, data_dir: Union[str, Path, None] = None, log_level: str = 'warning',
+          project: Union[str, Path, None] = None, scan_seconds: float = 2.0) -> None:
+    """
+    Start the dashboard on 127.0.0.1:`port` and block until interrupted.
+
+    Args:
+        port: its port on 127.0.0.1.
+        data_dir: its store (default `$LABML_TXL_DASHBOARD_DIR`, else `~/.labml_txl/dashboard`).
+        log_level: uvicorn's and labml_app's (`info` logs every request).
+        project: the labml project whose runs it imports and follows; None: only runs reported live.
+        scan_seconds: how often the project's run folders are looked at again.
+    """
     import logging
     from labml_txl.dashboard_app.store import check_data_dir, lock_store
     check_port_free(port)
+    project = check_project(project) if project is not None else None
     data_dir = check_data_dir(data_dir or os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR)
     # Held until the process ends: one dashboard per store
     store_lock = lock_store(data_dir)
-    app, report = create_app(data_dir, port)
+    app, report = create_app(data_dir, port, project, scan_seconds)
     logging.getLogger('LabML logger').setLevel(log_level.upper())  # labml_app logs every request at INFO
     try:
         import uvicorn
@@ -198,6 +296,15 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument('--port', type=int, default=DEFAULT_PORT, help=f'port on {HOST} (default {DEFAULT_PORT})')
     p.add_argument('--data-dir', default=None,
                    help=f'where runs are kept (default ${DATA_DIR_ENV} or {DEFAULT_DATA_DIR})')
+    follow = p.add_mutually_exclusive_group()
+    follow.add_argument('--project', default=None,
+                        help='the labml project whose runs it shows: it imports every run folder under its logs/ '
+                             'and follows them (default: the project of the working directory, the nearest folder '
+                             'above it with a .labml.yaml, else the working directory)')
+    follow.add_argument('--no-follow', action='store_true',
+                        help='follow no project: show only the runs reported to it live')
+    p.add_argument('--scan-seconds', type=float, default=2.0,
+                   help="how often the project's run folders are looked at again (default 2)")
     p.add_argument('--log-level', default='warning', choices=['debug', 'info', 'warning', 'error'])
     return p.parse_args(argv)
 
@@ -205,7 +312,8 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parse_args(argv)
     try:
-        serve(args.port, args.data_dir, args.log_level)
+        project = None if args.no_follow else check_project(args.project) if args.project else default_project()
+        serve(args.port, args.data_dir, args.log_level, project, args.scan_seconds)
     except (DashboardError, ValueError) as e:
         print(f'labml_txl.dashboard: error: {e}', file=sys.stderr)
         return 2

@@ -29,7 +29,7 @@ from labml_db.serializer.pickle import PickleSerializer
 from ..file_lock import FileLock
 
 
-def _write_atomically(path: Path, data: Union[str, bytes]) -> None:
+def write_atomically(path: Path, data: Union[str, bytes]) -> None:
     """Write `data` to `path` through a temporary file in the same folder and `os.replace`."""
     fd, tmp = tempfile.mkstemp(prefix=f'.{path.name}.', suffix='.tmp', dir=str(path.parent))
     try:
@@ -49,7 +49,7 @@ class AtomicFileDbDriver(FileDbDriver):
         return self._db_path / f'{key}.{self._serializer.file_extension}'
 
     def save_dict(self, key: str, data) -> None:
-        _write_atomically(self._path_of(key), self._serializer.to_string(data))
+        write_atomically(self._path_of(key), self._serializer.to_string(data))
 
     def delete(self, key: str) -> None:
         path = self._path_of(key)
@@ -61,7 +61,7 @@ class AtomicFileIndexDbDriver(FileIndexDbDriver):
     """labml_db's `FileIndexDbDriver`, writing the index through a temporary file; adds `get_all`."""
 
     def _save_cache(self) -> None:
-        _write_atomically(self._index_path, self._serializer.to_string(self._cache))
+        write_atomically(self._index_path, self._serializer.to_string(self._cache))
 
     def get_all(self):
         self._load_cache()

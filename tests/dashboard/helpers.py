@@ -14,7 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -54,12 +54,16 @@ def decode_series(encoded: str) -> List[float]:
 
 
 class DashboardServer:
-    """`python -m labml_txl.dashboard --port PORT --data-dir DIR` in a subprocess."""
+    """`python -m labml_txl.dashboard --port PORT --data-dir DIR` in a subprocess, following the runs of `project`
+    (`--project`), or of none (`--no-follow`, the default here: tests of live reports see only their runs)."""
 
-    def __init__(self, data_dir: Path, port: Optional[int] = None, log_path: Optional[Path] = None):
+    def __init__(self, data_dir: Path, port: Optional[int] = None, log_path: Optional[Path] = None,
+                 project: Optional[Path] = None, extra_args: Sequence[str] = ()):
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
         self.log_path = Path(log_path or self.data_dir.parent / f'dashboard-{self.port}.log')
+        self.project = project
+        self.extra_args = list(extra_args)
         self.proc: Optional[subprocess.Popen] = None
 
     @property
@@ -72,7 +76,8 @@ class DashboardServer:
     def start(self, timeout: float = 40) -> 'DashboardServer':
         self._log_file = open(self.log_path, 'ab')
         self.proc = subprocess.Popen(
-            [sys.executable, '-m', 'labml_txl.dashboard', '--port', str(self.port), '--data-dir', str(self.data_dir)],
+            [sys.executable, '-m', 'labml_txl.dashboard', '--port', str(self.port), '--data-dir', str(self.data_dir),
+             *(['--project', str(self.project)] if self.project is not None else ['--no-follow']), *self.extra_args],
             stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -163,3 +168,64 @@ def run_training(workdir: Path, port: int, name: str, overrides: Dict[str, Any],
     result = json.loads(lines[-1][len('RESULT '):])
     result['losses'] = {int(k): v for k, v in result['losses'].items()}
     return result
+
+
+# -- runs of a project, trained with no dashboard (tests/dashboard/test_project_runs.py)
+
+REPO = Path(__file__).resolve().parents[2]
+TINY_XL = ['n_layer=1', 'd_model=32', 'n_head=2', 'd_head=16', 'd_inner=64', 'tgt_len=16', 'mem_len=16',
+           'batch_size=4', 'eval_interval=15', 'max_eval_steps=5']
+
+
+def train_xl(project: Path, *args: str, timeout: float = 120) -> str:
+    """Run `experiments/train_xl.py` with `args` in the labml project `project` (made a project by its
+    `.labml.yaml`), reporting to no dashboard; returns its output."""
+    project.mkdir(parents=True, exist_ok=True)
+    if not (project / '.labml.yaml').exists():
+        (project / '.labml.yaml').write_text('check_repo_dirty: false\n')
+    env = {k: v for k, v in os.environ.items() if k != 'labml_app_url'}
+    out = subprocess.run([sys.executable, str(REPO / 'experiments' / 'train_xl.py'), *args], cwd=str(project),
+                         env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, f'train_xl failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}'
+    return out.stdout
+
+
+def run_folders(project: Path) -> List[Path]:
+    return sorted(p for p in (project / 'logs').glob('*/*') if (p / 'run.yaml').is_file())
+
+
+def following(port: int) -> Dict[str, Any]:
+    """What the dashboard's project follower says: its project, scans done and each run's state."""
+    status, _, content = http('GET', f'http://{HOST}:{port}/api/labml_txl/following')
+    assert status == 200, content
+    return json.loads(content)
+
+
+def wait_until(what: str, check, timeout: float = 40, every: float = 0.25):
+    """Call `check()` until it returns something true, and return that; fail naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f'not within {timeout} s: {what}')
+        time.sleep(every)
+
+
+def wait_for_scans(server: 'DashboardServer', n: int = 2, timeout: float = 40) -> None:
+    """Wait until the follower has made `n` more scans (each one after the import of what it found)."""
+    start = following(server.port)['scans']
+    wait_until(f'{n} scans of the project ({server.log()[-2000:]})',
+               lambda: following(server.port)['scans'] >= start + n, timeout)
+
+
+def series(port: int, run_uuid: str) -> Dict[str, Dict[str, List[float]]]:
+    """`{name: {'step': [...], 'value': [...]}}` of every series of the run, from the API of the metrics chart."""
+    data = api('POST', port, f'metrics/{run_uuid}', {'get_all': True})
+    return {s['name']: {'step': decode_series(s['step']), 'value': decode_series(s['value'])} for s in data['series']}
+
+
+def listed_runs(port: int) -> Dict[str, Dict[str, Any]]:
+    """The runs of the Runs page (its API), by uuid."""
+    return {r['run_uuid']: r for r in api('GET', port, 'runs/null')['runs']}
