@@ -3,7 +3,7 @@ Positional schemes side by side: each trained on Tiny Shakespeare with and witho
 equal budget (the same model, steps, batches and learning-rate schedule), then evaluated on the validation split at
 the training length and at 4x and 8x it.
 
-    python experiments/position_schemes.py [steps=2000] [schemes=absolute,absolute_deeper,relative,rotary,alibi,t5_bias]
+    python experiments/position_schemes.py [max_step=2000] [schemes=absolute,absolute_deeper,relative,rotary,alibi,t5_bias]
         [memory=both] [lengths=1,4,8] [out=logs/position_schemes] [port=5005] [dashboard=True] [key=value ...]
 
 * `schemes`: attention variants of `TransformerXLConfigs.attention` (`docs/configs.md`): `absolute` (fixed
@@ -15,34 +15,36 @@ the training length and at 4x and 8x it.
   a run with memory reads segments of $E$ with a memory of $E$ (the training ratio), so every token sees at least
   $E$ before it. `absolute_deeper` has learned positions for the training window only: beyond it, the original
   reuses its first row (`xl/rel_learnable_attn.last_rows`).
-* Other `key=value` pairs override the training configs of every run (`train_xl.py --help`), e.g. `tgt_len=128`.
+* Other `key=value` pairs are settings of `train_xl.py` for every run (listed below), e.g. `tgt_len=128`.
 
-Every run is a labml run named `position_schemes` on the dashboard (started on `port` as `make demo` starts it,
-unless `dashboard=False`), with its training curves and the bits per character at each length
-(`bpc.valid_Nx`). The table of validation bits per character is printed and written to `out/results.md`, the
-numbers to `out/results.json`, and a plot of bits per character against evaluation length to
-`out/position_schemes.png`. `docs/position_schemes.md` shows one sitting's.
+The training is a sweep (`labml_txl.sweep`) of `train_xl.py` over the schemes and memories: every run is a labml
+run of the working directory's project tagged with the sweep, and started again with the same settings the sweep
+continues where it stopped. The dashboard (started on `port` unless `dashboard=False`) follows the project's runs.
+Then every run is evaluated at each length. The table of validation bits per character is printed and written to
+`out/results.md`, the numbers to `out/results.json`, and a plot of bits per character against evaluation length
+to `out/position_schemes.png`. `docs/position_schemes.md` shows one sitting's.
 """
 import json
 import math
 import sys
-import time
 from pathlib import Path
 from typing import Any, Dict, List
 
-from labml import tracker
-
-from labml_txl import native
 from labml_txl.cli import parse_overrides, run_script
-from labml_txl.dashboard import DEFAULT_PORT, check_port, report_to_dashboard
+from labml_txl.dashboard import DEFAULT_PORT, check_port
 from labml_txl.errors import describe_choices
+from labml_txl.runs.records import RunRecord
+from labml_txl.settings import Settings
+from labml_txl.sweep import run_sweep
+from labml_txl.train.configs import TrainXLConfigs
+from labml_txl.train.runs import load_trained_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import demo  # noqa: E402
-import train_xl  # noqa: E402
+import eval_xl  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+SCRIPT = Path(__file__).resolve().parent / 'train_xl.py'
 
 # What each scheme is, for the table
 SCHEMES = {
@@ -56,13 +58,21 @@ SCHEMES = {
 }
 DEFAULT_SCHEMES = ['absolute', 'absolute_deeper', 'relative', 'rotary', 'alibi', 't5_bias']
 
-# The demo's small model and schedule (`demo.py`), the same for every run; no position embedding is added to the
-# input but by the absolute schemes themselves (Transformer-XL's attention types add their own)
+# The demo's small model and schedule (`demo.py`), the same for every run, evaluated once at the end; no position
+# embedding is added to the input but by the absolute schemes themselves (Transformer-XL's attention types add their
+# own)
 MODEL = {'n_layer': 4, 'd_model': 128, 'n_head': 4, 'd_head': 32, 'd_inner': 512, 'dropout': 0.0, 'dropatt': 0.0,
-         'pre_lnorm': True, 'tgt_len': 64, 'batch_size': 16, 'lr': 0.006, 'warmup_step': 200}
+         'pre_lnorm': True, 'tgt_len': 64, 'batch_size': 16, 'lr': 0.006, 'warmup_step': 200, 'max_step': 2000,
+         'checkpoint_interval': 500}
 
-SETTINGS = {'steps': 2000, 'schemes': DEFAULT_SCHEMES, 'memory': 'both', 'lengths': [1, 4, 8],
-            'out': 'logs/position_schemes', 'port': DEFAULT_PORT, 'dashboard': True}
+# The experiment's own settings: type, default, what it is
+EXPERIMENT = {'schemes': ('list', DEFAULT_SCHEMES, f"attention variants, separated by commas: {', '.join(SCHEMES)}"),
+              'memory': ('str', 'both', "'both', 'with' (mem_len = tgt_len) or 'without' (mem_len = 0)"),
+              'lengths': ('list', [1, 4, 8], 'evaluation lengths as multiples of tgt_len'),
+              'out': ('str', 'logs/position_schemes', 'where the table, numbers and plot are written'),
+              'port': ('int', DEFAULT_PORT, "the dashboard's port"),
+              'dashboard': ('bool', True, "start the dashboard first (it follows this project's runs)")}
+SETTINGS = Settings(TrainXLConfigs, MODEL, extra=EXPERIMENT)
 
 
 def _as_list(name: str, value: Any, kind: type) -> list:
@@ -80,7 +90,7 @@ def _as_list(name: str, value: Any, kind: type) -> list:
 
 def check_settings(settings: Dict[str, Any]) -> Dict[str, Any]:
     """The experiment's own settings, checked before any run starts."""
-    settings = {**SETTINGS, **settings}
+    settings = {**{key: default for key, (_, default, _) in EXPERIMENT.items()}, **settings}
     schemes = _as_list('schemes', settings['schemes'], str)
     unknown = [s for s in schemes if s not in SCHEMES]
     if unknown:
@@ -90,36 +100,35 @@ def check_settings(settings: Dict[str, Any]) -> Dict[str, Any]:
         raise ValueError(f"lengths={settings['lengths']!r} is not accepted: positive multiples of tgt_len")
     if settings['memory'] not in ('both', 'with', 'without'):
         raise ValueError(f"memory={settings['memory']!r} is not accepted: 'both', 'with' or 'without'")
-    steps = settings['steps']
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps={steps!r} is not accepted: a positive number of training steps")
     if not isinstance(settings['dashboard'], bool):
         raise ValueError(f"dashboard={settings['dashboard']!r} is not accepted: True or False")
     check_port(settings['port'])
     return {**settings, 'schemes': schemes, 'lengths': sorted(set(lengths))}
 
 
-def train_and_evaluate(attention: str, memory: bool, settings: Dict[str, Any], overrides: Dict[str, Any],
-                       writers=None) -> Dict[str, Any]:
-    """Train one scheme (with a memory of `tgt_len` or none), then its validation bits per character at each of
-    `settings['lengths']` times `tgt_len`, tracked in its run."""
-    config = {**MODEL, 'max_step': settings['steps'], 'eval_interval': settings['steps'],
-              'checkpoint_interval': 0, **overrides, 'attention': attention}
-    config['mem_len'] = config['tgt_len'] if memory else 0
+def sweep_points(settings: Dict[str, Any], overrides: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """One `train_xl.py` run per scheme and memory: the model, the overrides, one evaluation at the end."""
+    memories = {'both': [False, True], 'with': [True], 'without': [False]}[settings['memory']]
+    config = {**MODEL, **overrides}
+    config.setdefault('eval_interval', config['max_step'])
+    return [{**config, 'attention': scheme, 'mem_len': config['tgt_len'] if memory else 0}
+            for scheme in settings['schemes'] for memory in memories]
+
+
+def evaluate_at_lengths(record: RunRecord, lengths: List[int]) -> Dict[str, Any]:
+    """A trained run's validation bits per character at each of `lengths` times its `tgt_len`, with a memory of
+    the same length where it trained with one (the trainer's own validation, at 1x)."""
+    conf, step = load_trained_run(record.uuid)
+    memory = conf.mem_len > 0
     bpc = {}
-
-    def evaluate_at_lengths(trainer):
-        for k in settings['lengths']:
-            length = k * trainer.conf.tgt_len
-            loss = trainer.evaluate('valid', max_steps=-1, lengths=(length, 0, length if memory else 0))
-            bpc[k] = loss / math.log(2)
-            tracker.save(trainer.step, {f'bpc.valid_{k}x': bpc[k]})
-
-    started = time.time()
-    trainer = train_xl.train(config, name='position_schemes', writers=writers, after_training=evaluate_at_lengths)
-    # (`valid_bpc`: the trainer's own validation at the end, with the training's lengths: the same as `bpc[1]`)
-    return {'scheme': attention, 'memory': memory, 'bpc': bpc, 'valid_bpc': trainer.last_valid / math.log(2),
-            'minutes': (time.time() - started) / 60, 'steps': trainer.step, 'tgt_len': trainer.conf.tgt_len}
+    for k in lengths:
+        length = k * conf.tgt_len
+        result = eval_xl.evaluate(conf.model, conf.corpus, 'valid', tgt_len=length, mem_len=length if memory else 0,
+                                  clamp_len=conf.clamp_len, same_length=conf.same_length,
+                                  batch_size=conf.batch_size)
+        bpc[k] = result['loss'] / math.log(2)
+    return {'scheme': conf.attention, 'memory': memory, 'bpc': bpc, 'run': record.uuid, 'steps': step,
+            'tgt_len': conf.tgt_len, 'minutes': (record.updated - record.started) / 60}
 
 
 def results_table(results: List[Dict[str, Any]], lengths: List[int]) -> str:
@@ -160,22 +169,22 @@ def plot(results: List[Dict[str, Any]], lengths: List[int], path: Path) -> None:
     figure.savefig(path, bbox_inches='tight')
 
 
-def compare(args: List[str], writers=None) -> List[Dict[str, Any]]:
-    overrides = parse_overrides(args)
-    settings = check_settings({k: overrides.pop(k) for k in list(overrides) if k in SETTINGS})
-    # (every run takes the same overrides, so the first run's configs check them all before any training)
+def compare(args: List[str]) -> List[Dict[str, Any]]:
+    overrides = parse_overrides(args, SETTINGS)
+    settings = check_settings({k: overrides.pop(k) for k in list(overrides) if k in EXPERIMENT})
     if 'attention' in overrides or 'mem_len' in overrides:
         raise ValueError("attention and mem_len are set by the experiment per run: choose them with schemes= and "
                          "memory=")
-    if settings['dashboard'] and writers is None:
+    if settings['dashboard']:
         print(demo.start_dashboard(settings['port']))
-        report_to_dashboard(settings['port'])
-    native.prepare_kernels()
-    memories = {'both': [False, True], 'with': [True], 'without': [False]}[settings['memory']]
-    results = []
-    for scheme in settings['schemes']:
-        for memory in memories:
-            results.append(train_and_evaluate(scheme, memory, settings, overrides, writers))
+    # (the sweep checks every run's settings before the first starts)
+    sweep = run_sweep(SCRIPT, sweep_points(settings, overrides))
+    if sweep.exit_code != 0:
+        raise SystemExit(sweep.exit_code)
+    results = [evaluate_at_lengths(record, settings['lengths']) for record in sweep.records]
+    order = {(scheme, memory): i for i, (scheme, memory) in
+             enumerate((s, m) for s in settings['schemes'] for m in (False, True))}
+    results.sort(key=lambda r: order[(r['scheme'], r['memory'])])
     out = Path(settings['out'])
     out.mkdir(parents=True, exist_ok=True)
     table = results_table(results, settings['lengths'])
@@ -184,10 +193,10 @@ def compare(args: List[str], writers=None) -> List[Dict[str, Any]]:
     plot(results, settings['lengths'], out / 'position_schemes.png')
     print('\nValidation bits per character by evaluation length (tokens):\n')
     print(table)
-    print(f"\nTotal {sum(r['minutes'] for r in results):.1f} minutes; written to {out}/results.md, results.json "
-          f"and position_schemes.png")
+    print(f"\nTotal {sum(r['minutes'] for r in results):.1f} minutes of runs; written to {out}/results.md, "
+          f"results.json and position_schemes.png")
     return results
 
 
 if __name__ == '__main__':
-    sys.exit(run_script(compare, sys.argv[1:], __doc__))
+    sys.exit(run_script(compare, sys.argv[1:], __doc__, settings=SETTINGS))

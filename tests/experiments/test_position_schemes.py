@@ -1,6 +1,7 @@
-"""experiments/position_schemes.py on tiny settings: every scheme and memory setting trains and is evaluated at each
-length, the evaluation at the training length equals the trainer's own validation, and the table, the numbers and the
-plot are written; bad settings are refused before any run."""
+"""experiments/position_schemes.py on tiny settings: a sweep of train_xl.py in which every scheme and memory setting
+trains and is evaluated at each length, the evaluation at the training length equals the run's own last validation
+(kept in its log.jsonl), and the table, the numbers and the plot are written; bad settings are refused before any
+run."""
 import json
 import math
 import sys
@@ -12,6 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / 'experiments'))
 
 import position_schemes  # noqa: E402
 
+from labml_txl.runs.records import find_runs  # noqa: E402
+
 TINY = ['n_layer=1', 'd_model=16', 'n_head=2', 'd_head=8', 'd_inner=32', 'tgt_len=8', 'batch_size=4',
         'warmup_step=1', 'max_eval_steps=-1']
 
@@ -19,14 +22,17 @@ TINY = ['n_layer=1', 'd_model=16', 'n_head=2', 'd_head=8', 'd_inner=32', 'tgt_le
 def test_a_tiny_comparison_writes_its_table_numbers_and_plot(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / 'out'
-    results = position_schemes.compare(['steps=3', 'schemes=relative,alibi', 'lengths=1,2', f'out={out}',
-                                        'dashboard=False'] + TINY, writers=set())
+    results = position_schemes.compare(['max_step=3', 'schemes=relative,alibi', 'lengths=1,2', f'out={out}',
+                                        'dashboard=False'] + TINY)
     assert [(r['scheme'], r['memory']) for r in results] == [('relative', False), ('relative', True),
                                                               ('alibi', False), ('alibi', True)]
     for r in results:
         assert set(r['bpc']) == {1, 2} and all(math.isfinite(v) and v > 0 for v in r['bpc'].values())
-        # The evaluation at the training length is the trainer's own validation, computed another way
-        assert r['bpc'][1] == pytest.approx(r['valid_bpc'], rel=1e-9)
+        # The evaluation at the training length is the run's own last validation, computed by another process
+        # (the same segments and sums in the same order; the logged value read back from JSON exactly)
+        record, = find_runs([r['run']], tmp_path)
+        assert r['steps'] == 3 and any(tag.startswith('sweep:train_xl-') for tag in record.tags)
+        assert r['bpc'][1] == pytest.approx(record.last('loss.valid') / math.log(2), rel=1e-9)
     table = (out / 'results.md').read_text()
     assert '| scheme | memory | 8 (1x) | 16 (2x) | minutes |' in table and table.count('| ALiBi |') == 2
     assert len(json.loads((out / 'results.json').read_text())) == 4
@@ -42,5 +48,5 @@ def test_a_tiny_comparison_writes_its_table_numbers_and_plot(tmp_path, monkeypat
 def test_bad_settings_are_refused_before_any_run(argument, message, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match=message):
-        position_schemes.compare([argument, 'dashboard=False'], writers=set())
+        position_schemes.compare([argument, 'dashboard=False'])
     assert not (tmp_path / 'logs').exists()

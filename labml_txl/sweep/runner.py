@@ -1,0 +1,238 @@
+"""
+# Running a sweep: one process per run, continued where it stopped
+
+A sweep runs an experiment script once per point of its grid, one after another, each as its own process
+(`python SCRIPT key=value ...`), so what one run leaves in memory cannot change the next, and the commands can
+be handed to any launcher as they are (`--dry-run` prints them). Every run is an ordinary labml run of the
+working directory's project, tagged `sweep:<id>` (`run_start.sweep_tags`).
+
+The sweep keeps no state of its own: its runs are found again by their tag and their `overrides.json`. Started
+again with the same arguments, it skips the runs that completed, resumes an interrupted one from its last
+checkpoint (for a script that takes `resume=`; another starts that point again), and starts the rest. Ctrl-C
+reaches the running script, which saves where it is (`train_xl.py` saves a checkpoint) before the sweep stops.
+"""
+import hashlib
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from labml import lab
+
+from ..config_validation import check_override
+from ..errors import closest
+from ..runs.plots import plot_runs
+from ..runs.records import RunRecord, load_runs
+from ..runs.tables import comparison_table
+from ..train.run_start import SWEEP_ENV
+from ..train.runs import use_working_directory_project
+
+
+class SweepError(ValueError):
+    """A sweep that cannot start: a script or setting it does not accept."""
+
+
+class SweepInterrupted(RuntimeError):
+    """The sweep was stopped; started again with the same arguments, it continues."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def load_script_settings(script: Path):
+    """The `SETTINGS` of an experiment script (`settings.Settings`), read by importing it as a module."""
+    if not script.is_file():
+        raise SweepError(f"script {str(script)!r} does not exist: give the path of an experiment script, e.g. "
+                         f"experiments/train_xl.py")
+    sys.path.insert(0, str(script.parent.resolve()))
+    spec = importlib.util.spec_from_file_location(f'sweep_script_{script.stem}', script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    settings = getattr(module, 'SETTINGS', None)
+    if settings is None:
+        raise SweepError(f"{script} has no SETTINGS: a sweep runs the scripts that take key=value settings "
+                         f"through labml_txl.cli.run_script (those of experiments/)")
+    return settings
+
+
+def check_points(script: Path, points: List[Dict[str, Any]]) -> None:
+    """Every point's keys, option names and value types, before the first run starts: a `SweepError` naming the
+    first wrong one, with the closest setting."""
+    settings = load_script_settings(script)
+    keys = settings.keys()
+    for point in points:
+        for key, value in point.items():
+            if key == 'resume':
+                raise SweepError("resume= is not a sweep setting: a sweep resumes its own interrupted runs when "
+                                 "started again with the same arguments")
+            if key not in keys:
+                raise SweepError(f"{script.name} has no setting {key!r}.{closest(key, keys)} "
+                                 f"(`python {script} --help` lists them)")
+            if key not in settings.extra:
+                try:
+                    check_override(settings.configs(), key, value)
+                except (LookupError, ValueError, TypeError) as error:
+                    raise SweepError(f"{error} (in the sweep's point {describe_point(point)})") from error
+
+
+def describe_point(point: Dict[str, Any]) -> str:
+    return ' '.join(f'{k}={v}' for k, v in point.items())
+
+
+def sweep_id(script: Path, points: List[Dict[str, Any]]) -> str:
+    """The same for the same script and grid: `<script>-<8 hex digits of their hash>`."""
+    text = json.dumps({'script': script.name, 'points': points}, sort_keys=True, default=str)
+    return f'{script.stem}-{hashlib.sha256(text.encode()).hexdigest()[:8]}'
+
+
+@dataclass
+class PlannedRun:
+    """One point of a sweep and what is to be done for it."""
+    point: Dict[str, Any]
+    # The run of this point found in the project, if any
+    record: Optional[RunRecord]
+    # 'done', 'resume' or 'start'
+    action: str
+
+    def command(self, script: Path) -> List[str]:
+        if self.action == 'resume':
+            return [sys.executable, str(script), f'resume={self.record.uuid}']
+        return [sys.executable, str(script), *(f'{k}={json.dumps(v) if isinstance(v, (list, dict)) else v}'
+                                               for k, v in self.point.items())]
+
+
+def _overrides_of(record: RunRecord) -> Dict[str, Any]:
+    path = record.path / 'overrides.json'
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _matches(point: Dict[str, Any], overrides: Dict[str, Any]) -> bool:
+    return all(key in overrides and overrides[key] == value for key, value in point.items())
+
+
+def plan(script: Path, points: List[Dict[str, Any]], project: Path, sweep: str, resumable: bool) -> List[PlannedRun]:
+    """For every point: its run in `project` tagged with `sweep` (the newest where several), and whether it is
+    done, to be resumed, or to be started."""
+    tagged = load_runs(project, sweep=sweep)
+    planned = []
+    for point in points:
+        found = [r for r in tagged if _matches(point, _overrides_of(r))]
+        record = max(found, key=lambda r: r.started) if found else None
+        if record is not None and record.status == 'completed':
+            action = 'done'
+        elif record is not None and resumable and any((record.path / 'checkpoints').glob('*/SHA256SUMS')):
+            action = 'resume'
+        else:
+            action = 'start'
+        planned.append(PlannedRun(point, record, action))
+    return planned
+
+
+def run_planned(script: Path, planned: List[PlannedRun], sweep: str) -> List[str]:
+    """
+    Run each planned run not done, one process at a time, tagged with `sweep`. Returns the failures (a line each);
+    raises `SweepInterrupted` when the sweep is stopped by SIGINT or SIGTERM, after the running script has
+    stopped.
+    """
+    failures = []
+    stopped = []
+
+    def stop(signum, _frame):
+        # SIGINT from a terminal reaches the script too (one process group); SIGTERM is passed on to it
+        stopped.append(signum)
+        if signum == signal.SIGTERM and process is not None:
+            process.send_signal(signal.SIGTERM)
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    process = None
+    try:
+        todo = [p for p in planned if p.action != 'done']
+        for index, run in enumerate(todo, 1):
+            command = run.command(script)
+            print(f'\n[sweep {sweep}] run {index} of {len(todo)} ({run.action}): {describe_point(run.point)}',
+                  flush=True)
+            process = subprocess.Popen(command, env={**os.environ, SWEEP_ENV: sweep})
+            code = process.wait()
+            process = None
+            if stopped:
+                raise SweepInterrupted(f'sweep {sweep} stopped during {describe_point(run.point)}; start it again '
+                                       f'with the same arguments to continue', 128 + stopped[0])
+            if code != 0:
+                failures.append(f'{describe_point(run.point)}: exit code {code}')
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return failures
+
+
+# Under the project's experiments folder, beside the runs (`runs plot` writes to `plots/` there)
+SWEEPS_FOLDER = 'sweeps'
+
+
+@dataclass
+class SweepResult:
+    """What a sweep ended with: its runs (completed or not), where its comparison lies, and its exit code."""
+    sweep: str
+    records: List[RunRecord]
+    out: Optional[Path]
+    exit_code: int
+
+
+def run_sweep(script: Path, points: List[Dict[str, Any]], metric: str = 'loss.valid',
+              dry_run: bool = False) -> SweepResult:
+    """
+    Run `script` once per point (continuing the sweep where it stopped), then print the comparison of its runs and
+    write it with a plot of `metric` to `logs/sweeps/<id>/` in the working directory's labml project.
+
+    Args:
+        script: an experiment script that takes `key=value` settings (`experiments/train_xl.py`).
+        points: the settings of each run; every point is checked before the first run starts.
+        metric: the metric plotted.
+        dry_run: print the command of every run still to do, and run nothing.
+
+    Errors are printed as `error: ...` with exit code 2; an interruption with 128 + the signal's number.
+    """
+    try:
+        check_points(script, points)
+        resumable = 'resume' in load_script_settings(script).keys()
+        use_working_directory_project()
+        project = Path(lab.get_path())
+        sweep = sweep_id(script, points)
+        planned = plan(script, points, project, sweep, resumable)
+    except (SweepError, ValueError, LookupError) as error:
+        print(f'error: {error}', file=sys.stderr)
+        return SweepResult('', [], None, 2)
+    counts = {action: sum(p.action == action for p in planned) for action in ('done', 'resume', 'start')}
+    print(f"sweep {sweep}: {len(planned)} runs of {script} ({counts['done']} done, {counts['resume']} to resume, "
+          f"{counts['start']} to start)", flush=True)
+    if dry_run:
+        for p in planned:
+            if p.action != 'done':
+                print(' '.join(p.command(script)))
+        return SweepResult(sweep, [], None, 0)
+    try:
+        failures = run_planned(script, planned, sweep)
+    except SweepInterrupted as stopped:
+        print(f'\n{stopped}', file=sys.stderr)
+        return SweepResult(sweep, [], None, stopped.exit_code)
+    records = load_runs(project, sweep=sweep)
+    out = Path(lab.get_experiments_path()) / SWEEPS_FOLDER / sweep
+    out.mkdir(parents=True, exist_ok=True)
+    table = comparison_table(records)
+    (out / 'comparison.md').write_text(table + '\n')
+    print(f'\n{table}\n')
+    plot_path = out / f"{metric.replace('.', '_')}.png"
+    plot_runs(records, [metric], plot_path)
+    print(f'Written to {out / "comparison.md"} and {plot_path}')
+    for failure in failures:
+        print(f'failed: {failure}', file=sys.stderr)
+    return SweepResult(sweep, records, out, 1 if failures else 0)
