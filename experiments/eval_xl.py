@@ -53,8 +53,7 @@ def evaluate(model: MemTransformerLM, corpus, split: str, tgt_len: int, mem_len:
              same_length: bool, batch_size: int, max_steps: int = 0) -> Dict[str, float]:
     """The mean loss of `model` over `split` of `corpus` with these lengths, and bits per character or perplexity."""
     model.eval()
-    model.reset_length(tgt_len, model.ext_len, mem_len)
-    model.clamp_len, model.same_length = clamp_len, same_length
+    model.reset_length(tgt_len, model.ext_len, mem_len, same_length=same_length, clamp_len=clamp_len)
     iterator = corpus.get_iterator(split, batch_size, tgt_len, ext_len=model.ext_len)
     loss = mean_loss_over_stream(model, iterator, max_steps)
     return {'loss': loss, **quality(loss, corpus.level)}

@@ -30,8 +30,10 @@ def filter_distribution(log_probs: torch.Tensor, temperature: float = 1.0, top_k
     require_positive_int('top_k', top_k, allow_zero=True)
     if not 0 < top_p <= 1:
         raise ValueError(f"top_p={top_p!r} is not accepted: it must be in (0, 1]")
-    # $\log p(w) / T$
-    scores = log_probs / temperature
+    # $(\log p(w) - \max_v \log p(v)) / T$: the same distribution as $\log p(w) / T$ (a softmax does not change
+    # when every score moves by one number), and at a tiny $T$ the most likely token's score stays 0 where
+    # $\log p(w) / T$ would be $-\infty$ for every token (no distribution at all); it tends to greedy decoding
+    scores = (log_probs - log_probs.max(dim=-1, keepdim=True).values) / temperature
     if 0 < top_k < scores.shape[-1]:
         kth = torch.topk(scores, top_k, dim=-1).values[..., -1:]
         scores = scores.masked_fill(scores < kth, float('-inf'))

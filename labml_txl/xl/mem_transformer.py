@@ -190,8 +190,7 @@ class MemTransformerLM(nn.Module):
         mem_len = 0 if mem_len is None else mem_len
         check_lengths(tgt_len, ext_len, mem_len, allow_none_tgt=attn_type not in LEARNED_TABLE_TYPES)
         self._check_same_length(same_length, mem_len)
-        if isinstance(clamp_len, bool) or not isinstance(clamp_len, int):
-            raise ValueError(f"clamp_len={clamp_len!r} is not accepted: an integer (<= 0 for no clipping)")
+        self._check_clamp_len(clamp_len)
         if isinstance(sample_softmax, bool) or not isinstance(sample_softmax, int):
             raise ValueError(f"sample_softmax={sample_softmax!r} is not accepted: an integer (<= 0 for none)")
         if sample_softmax > 0 and tie_weight and (div_val != 1 or d_embed != d_model):
@@ -343,16 +342,31 @@ class MemTransformerLM(nn.Module):
             raise ValueError("same_length=True is not accepted with mem_len=0: every query attends to exactly "
                              "mem_len keys, so mem_len must be at least 1 (or same_length False)")
 
-    def reset_length(self, tgt_len: int, ext_len: int, mem_len: int) -> None:
-        """Change the segment, extended-context and memory lengths (e.g. a longer memory for evaluation); `tgt_len`
-        may be None as in the constructor."""
+    @staticmethod
+    def _check_clamp_len(clamp_len: int) -> None:
+        if isinstance(clamp_len, bool) or not isinstance(clamp_len, int):
+            raise ValueError(f"clamp_len={clamp_len!r} is not accepted: an integer (<= 0 for no clipping)")
+
+    def reset_length(self, tgt_len: int, ext_len: int, mem_len: int, *, same_length: Optional[bool] = None,
+                     clamp_len: Optional[int] = None) -> None:
+        """
+        Change the segment, extended-context and memory lengths (e.g. a longer memory for evaluation); `tgt_len`
+        may be None as in the constructor. `same_length` and `clamp_len`, where given, change those too (the paper's
+        evaluation sets all four). Each is checked as the constructor checks it, before anything changes.
+        """
+        same_length = self.same_length if same_length is None else same_length
+        clamp_len = self.clamp_len if clamp_len is None else clamp_len
         check_lengths(tgt_len, ext_len, mem_len, allow_none_tgt=self.attn_type not in LEARNED_TABLE_TYPES)
-        self._check_same_length(self.same_length, mem_len)
+        require_bool('same_length', same_length)
+        self._check_same_length(same_length, mem_len)
+        self._check_clamp_len(clamp_len)
         # Masks with `same_length` depend on `mem_len`: start the caches afresh
         self._drop_caches()
         self.tgt_len = tgt_len
         self.mem_len = mem_len
         self.ext_len = ext_len
+        self.same_length = same_length
+        self.clamp_len = clamp_len
 
     def init_mems(self, bsz: Optional[int] = None) -> Optional[List[torch.Tensor]]:
         """Empty memories (`n_layer + 1` tensors, `[0, bsz, d_model]`, or `[0]` as the original when `bsz`

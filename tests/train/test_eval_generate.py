@@ -104,3 +104,36 @@ def test_paper_settings_are_the_runs_test_items_where_it_set_them(tmp_path):
         assert trained != paper
     finally:
         lab.configure({'path': str(REPO)})
+
+
+def test_same_length_without_memory_is_refused_before_evaluating(trained_run, capsys):
+    # Every key would be masked: the constructor refuses it, and so does an evaluation (it once gave a loss)
+    run_uuid, _, _ = trained_run
+    with pytest.raises(ValueError, match=r"same_length=True is not accepted with mem_len=0"):
+        eval_xl.evaluate_run(run_uuid, {'same_length': True, 'mem_len': 0, 'split': 'valid', 'max_eval_steps': 1})
+    assert eval_xl.main([run_uuid, 'same_length=True', 'mem_len=0']) == 2
+    assert 'error: same_length=True is not accepted with mem_len=0' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize('argument, message', [
+    ('temperature=nan', r"temperature='nan' is not accepted: GenerateXLSettings.temperature takes a number"),
+    ('top_p=abc', r"top_p='abc' is not accepted: GenerateXLSettings.top_p takes a number"),
+    ('top_k=1.5', r"top_k=1.5 is not accepted: GenerateXLSettings.top_k takes an integer"),
+    ('top_p=0', r"top_p=0.0 is not accepted: it must be in \(0, 1\]"),
+    ('temperature=-1', r"temperature=-1.0 is not accepted: it must be above 0"),
+])
+def test_sampling_settings_are_refused_with_one_line(trained_run, capsys, argument, message):
+    import re
+    run_uuid, _, _ = trained_run
+    assert generate_xl.main([run_uuid, argument, 'n_tokens=3']) == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err) and err.count('\n') == 1 and 'Traceback' not in err, err
+
+
+def test_a_tiny_temperature_samples_the_most_likely_token(trained_run):
+    # At T = 1e-40, log p / T is -inf for every token in float32 (there was no distribution to sample); the
+    # distribution tends to greedy decoding, which is what it gives now
+    run_uuid, _, _ = trained_run
+    cold = generate_xl.sample_run(run_uuid, {'prompt': 'ROMEO:', 'n_tokens': 20, 'temperature': 1e-40, 'top_p': 1.0})
+    greedy = generate_xl.sample_run(run_uuid, {'prompt': 'ROMEO:', 'n_tokens': 20, 'top_k': 1, 'top_p': 1.0})
+    assert cold == greedy
