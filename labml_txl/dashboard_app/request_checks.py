@@ -9,15 +9,28 @@ wrapper, reads the body of every `POST`, `PUT` and `PATCH` under `/api/` first a
 * 413 when it is larger than `max_body` bytes (16 MiB): no more than that is ever kept in memory, the rest is
   read and dropped;
 * 400 when it is not empty and not JSON, or not UTF-8;
+* 400 when it nests arrays and objects deeper than `MAX_DEPTH` (100) levels, found by a scan of its brackets
+  before any parse: Python's `json` parses nesting by recursion, so 100,000 `[` were a `RecursionError` (a 500);
 * 400 when a request of `LIST_BODIES` (the runs and sessions to delete or archive) is not an object whose key is a
   list of strings;
 
-each with a short JSON message (`{"error": ...}`); every other request reaches labml_app with its body as sent.
+and it answers 400 to any request whose path or query holds a null byte (`%00`): no file or run is named by one,
+and the page's file lookup raised `embedded null byte` (a 500). Each answer is a short JSON message
+(`{"error": ...}`); every other request reaches labml_app with its body as sent.
+
+labml_app answers an exception of its handlers with a 500 of `{"error": str(e), "trace": <the Python traceback>}`.
+The trace stays in the server's log (labml_app logs it) and leaves the response: the client gets the error's message
+on one line. The store's errors say which file is damaged (`store.DamagedStoreFile`), so that line names it.
 """
 import json
-from typing import Callable, Dict, Optional, Tuple
+import re
+from typing import Callable, Dict, List, Optional, Tuple
+
+import numpy as np
 
 MAX_BODY = 16 * 2 ** 20
+# The deepest nesting of arrays and objects a body may have; labml's own requests nest a few levels
+MAX_DEPTH = 100
 
 # Requests whose body must be `{key: [str, ...]}`, by method and path, and the key
 LIST_BODIES: Dict[Tuple[str, str], str] = {
@@ -40,8 +53,14 @@ class RequestChecks:
         self.max_body = max_body
 
     async def __call__(self, scope, receive, send):
-        if scope['type'] != 'http' or scope['method'] not in ('POST', 'PUT', 'PATCH') \
-                or not scope['path'].startswith('/api/'):
+        if scope['type'] != 'http':
+            return await self._app(scope, receive, send)
+        where = _null_byte(scope)
+        if where is not None:
+            return await _reply(send, 400, f'the request {where} holds a null byte (%00), which names no page, run or '
+                                           f'file: {scope["method"]} {_shown(scope)}')
+        send = _without_traces(send)
+        if scope['method'] not in ('POST', 'PUT', 'PATCH') or not scope['path'].startswith('/api/'):
             return await self._app(scope, receive, send)
         try:
             body = await self._read_body(scope, receive)
@@ -87,17 +106,99 @@ def _problem(method: str, path: str, body: bytes) -> Optional[str]:
     key = LIST_BODIES.get((method, path))
     if not body.strip() and key is None:
         return None
+    # No more opening brackets than the limit cannot nest deeper (most bodies: no scan)
+    if body.count(b'[') + body.count(b'{') > MAX_DEPTH and nesting_depth(body) > MAX_DEPTH:
+        return f'the request body nests JSON arrays and objects deeper than {MAX_DEPTH} levels'
     try:
         data = json.loads(body.decode('utf-8'))
     except UnicodeDecodeError:
         return 'the request body is not UTF-8 text'
     except ValueError as error:
         return f'the request body is not JSON ({error})'
+    except RecursionError:
+        # Not reached after the scan above; kept so that no nesting can make the parse a 500
+        return f'the request body nests JSON arrays and objects deeper than {MAX_DEPTH} levels'
     if key is not None:
         values = data.get(key) if isinstance(data, dict) else None
         if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
             return f'{method} {path} takes {{"{key}": [uuid, ...]}}, a list of strings; got {body[:200]!r}'
     return None
+
+
+# A JSON string from its opening quote: characters other than `"` and `\`, or an escape pair; the closing quote is
+# optional so that a string left open matches to the end at once (no retry from every later quote: linear time)
+_JSON_STRING = re.compile(rb'"(?:[^"\\]+|\\.)*"?', re.DOTALL)
+# Every byte but the four brackets, deleted to leave the bracket sequence
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b'[]{}')
+
+
+def nesting_depth(body: bytes) -> int:
+    r"""
+    The deepest nesting of arrays and objects in `body` read as JSON, by a scan of its brackets, not a parse.
+
+    Brackets inside strings are text: each string (escapes included) is cut out first, then the depth is the largest
+    running sum of $+1$ per `[` or `{` and $-1$ per `]` or `}`. Linear in the body's length and without recursion, so
+    it is safe on any body; on a body that is not JSON the number is only an estimate (`json.loads` then refuses it).
+    """
+    brackets = _JSON_STRING.sub(b'""', body).translate(None, _NOT_BRACKETS)
+    if not brackets:
+        return 0
+    opens = np.frombuffer(brackets, dtype=np.uint8)
+    # $+1$ for `[` (91) and `{` (123), $-1$ for `]` and `}`
+    steps = ((opens == ord('[')) | (opens == ord('{'))).astype(np.int32) * 2 - 1
+    # $\max_t \sum_{s \le t} \mathit{step}_s$
+    return max(0, int(np.cumsum(steps, dtype=np.int32).max()))
+
+
+def _null_byte(scope) -> Optional[str]:
+    """`'path'` or `'query'` where the request holds a null byte (in the path decoded from `%00`), else None."""
+    if '\x00' in scope['path'] or b'\x00' in scope.get('raw_path', b''):
+        return 'path'
+    query = scope.get('query_string', b'')
+    if b'%00' in query or b'\x00' in query:
+        return 'query'
+    return None
+
+
+def _shown(scope) -> str:
+    """The request's path and query as sent, cut to 200 characters, for a message."""
+    path = scope.get('raw_path') or scope['path'].encode('utf-8', 'backslashreplace')
+    query = scope.get('query_string', b'')
+    return (path + (b'?' + query if query else b'')).decode('ascii', 'backslashreplace')[:200]
+
+
+def _without_traces(send):
+    """`send` for the app, with labml_app's answer to an exception (a 500 of `{"error": ..., "trace": ...}`)
+    replaced by `{"error": <the message on one line>}`; every other response passes as it is."""
+    held: List[dict] = []
+
+    async def checked_send(message):
+        if message['type'] == 'http.response.start' and message['status'] == 500:
+            held.append(message)
+            return
+        if not held:
+            return await send(message)
+        held.append(message)
+        if message.get('more_body', False):
+            return
+        start, parts = held[0], held[1:]
+        body = b''.join(part.get('body', b'') for part in parts)
+        try:
+            answer = json.loads(body)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict) or 'trace' not in answer:
+            for part in held:
+                await send(part)
+            return
+        # The exception's message on one line; the trace is in the server's log
+        error = ' '.join(str(answer.get('error') or 'internal error').split())
+        body = json.dumps({'error': error}).encode()
+        headers = [(name, value) for name, value in start.get('headers', []) if name.lower() != b'content-length']
+        await send({**start, 'headers': headers + [(b'content-length', str(len(body)).encode())]})
+        await send({'type': 'http.response.body', 'body': body})
+
+    return checked_send
 
 
 async def _reply(send, status: int, message: str) -> None:

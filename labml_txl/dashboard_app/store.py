@@ -11,10 +11,16 @@ Models are pickled, as labml_app's own Mongo driver does (series hold numpy valu
 temporary file that then replaces the old one, so a killed server never leaves half a file behind.
 Nothing is ever removed except by the app's own delete actions (e.g. deleting a run in the UI).
 
+A file damaged by something else (a copy cut short, a disk filled up, an edit by hand) is named, never a bare parse
+error: `init_file_db` reads every index file before the app starts and refuses a damaged one (`ValueError`, so the
+dashboard does not start), and a model or index that fails to load later raises `DamagedStoreFile`, whose one-line
+message (the dashboard's answer to that request, `request_checks`) says which file and why.
+
 One server at a time uses a store: each keeps its indexes in memory and writes them whole, so two would drop each
 other's runs from `RunIndex.json`. `lock_store` takes `DATA_DIR/dashboard.lock` (`labml_txl.file_lock`, released
 when the server's process ends in any way) and refuses a second server, naming the first.
 """
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -42,11 +48,32 @@ def write_atomically(path: Path, data: Union[str, bytes]) -> None:
         raise
 
 
+class DamagedStoreFile(ValueError):
+    """A file of the store that cannot be read back: its path and why, on one line."""
+
+    def __init__(self, path: Path, why: str):
+        self.path = path
+        why = ' '.join(why.split())
+        super().__init__(f'the store file {str(path)!r} is damaged ({why}); restore it from a copy, or move it out '
+                         f'of the store (what it held is then no longer shown)')
+
+
 class AtomicFileDbDriver(FileDbDriver):
-    """labml_db's `FileDbDriver`, writing each model through a temporary file."""
+    """labml_db's `FileDbDriver`, writing each model through a temporary file; a model that cannot be read back is a
+    `DamagedStoreFile` naming its file."""
 
     def _path_of(self, key: str) -> Path:
         return self._db_path / f'{key}.{self._serializer.file_extension}'
+
+    def load_dict(self, key: str):
+        try:
+            return super().load_dict(key)
+        except (OSError, MemoryError):
+            raise
+        except Exception as e:
+            # `pickle`'s errors on a cut or altered file: `UnpicklingError`, `EOFError`, `ValueError`, ...
+            raise DamagedStoreFile(self._path_of(key), f'not a {self._serializer.file_extension} file this store '
+                                                      f'wrote: {type(e).__name__}: {e}') from e
 
     def save_dict(self, key: str, data) -> None:
         write_atomically(self._path_of(key), self._serializer.to_string(data))
@@ -58,7 +85,13 @@ class AtomicFileDbDriver(FileDbDriver):
 
 
 class AtomicFileIndexDbDriver(FileIndexDbDriver):
-    """labml_db's `FileIndexDbDriver`, writing the index through a temporary file; adds `get_all`."""
+    """labml_db's `FileIndexDbDriver`, writing the index through a temporary file; adds `get_all`. An index that
+    cannot be read back is a `DamagedStoreFile` naming its file."""
+
+    def _load_cache(self) -> None:
+        if self._cache is not None:
+            return
+        self._cache = read_index(self._index_path)
 
     def _save_cache(self) -> None:
         write_atomically(self._index_path, self._serializer.to_string(self._cache))
@@ -66,6 +99,24 @@ class AtomicFileIndexDbDriver(FileIndexDbDriver):
     def get_all(self):
         self._load_cache()
         return list(self._cache.values())
+
+
+def read_index(path: Path) -> dict:
+    """The index in the file `path` (`{}` when there is none), or a `DamagedStoreFile` saying what is wrong with it."""
+    try:
+        text = path.read_text(encoding='utf-8')
+    except FileNotFoundError:
+        return {}
+    except UnicodeDecodeError as e:
+        raise DamagedStoreFile(path, f'not UTF-8 text: {e}') from e
+    try:
+        data = JsonSerializer().from_string(text)
+    except (ValueError, RecursionError) as e:
+        raise DamagedStoreFile(path, f'not JSON: {e}' if isinstance(e, json.JSONDecodeError) else
+                               f'not JSON: {type(e).__name__}: {e}') from e
+    if not isinstance(data, dict):
+        raise DamagedStoreFile(path, f'a JSON {type(data).__name__}, where an index is a JSON object')
+    return data
 
 
 def check_data_dir(data_dir: Union[str, Path]) -> Path:
@@ -98,8 +149,13 @@ def lock_store(data_dir: Path) -> FileLock:
 
 def init_file_db(data_dir: Union[str, Path], models: Iterable[Type[Model]],
                  indexes: Iterable[Type[Index]]) -> Path:
-    """Point labml_db's `Model` and `Index` classes at files under `data_dir`; return the resolved dir."""
+    """Point labml_db's `Model` and `Index` classes at files under `data_dir`; return the resolved dir. A damaged
+    index file is a `DamagedStoreFile` (a `ValueError`) naming it: the dashboard refuses to start on it."""
     root = check_data_dir(data_dir)
+    indexes = list(indexes)
+    # Every index read once now: a damaged one stops the start, naming its file (`DamagedStoreFile`)
+    for index in indexes:
+        read_index(root / 'indexes' / f'{index.__name__}.json')
     Model.set_db_drivers([AtomicFileDbDriver(PickleSerializer(), m, root / 'models' / m.__name__)
                           for m in models])
     Index.set_db_drivers([AtomicFileIndexDbDriver(JsonSerializer(), i, root / 'indexes' / f'{i.__name__}.json')

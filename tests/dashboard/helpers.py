@@ -177,7 +177,7 @@ TINY_XL = ['n_layer=1', 'd_model=32', 'n_head=2', 'd_head=16', 'd_inner=64', 'tg
            'batch_size=4', 'eval_interval=15', 'max_eval_steps=5']
 
 
-def train_xl(project: Path, *args: str, timeout: float = 120) -> str:
+def train_xl(project: Path, *args: str, timeout: float = 600) -> str:
     """Run `experiments/train_xl.py` with `args` in the labml project `project` (made a project by its
     `.labml.yaml`), reporting to no dashboard; returns its output."""
     project.mkdir(parents=True, exist_ok=True)
@@ -201,7 +201,7 @@ def following(port: int) -> Dict[str, Any]:
     return json.loads(content)
 
 
-def wait_until(what: str, check, timeout: float = 40, every: float = 0.25):
+def wait_until(what: str, check, timeout: float = 120, every: float = 0.25):
     """Call `check()` until it returns something true, and return that; fail naming `what` after `timeout` s."""
     deadline = time.monotonic() + timeout
     while True:
@@ -213,7 +213,7 @@ def wait_until(what: str, check, timeout: float = 40, every: float = 0.25):
         time.sleep(every)
 
 
-def wait_for_scans(server: 'DashboardServer', n: int = 2, timeout: float = 40) -> None:
+def wait_for_scans(server: 'DashboardServer', n: int = 2, timeout: float = 120) -> None:
     """Wait until the follower has made `n` more scans (each one after the import of what it found)."""
     start = following(server.port)['scans']
     wait_until(f'{n} scans of the project ({server.log()[-2000:]})',

@@ -59,7 +59,7 @@ def run_of(project: Path):
     return folder, folder.name, info
 
 
-def wait_listed(server: DashboardServer, uuid: str, timeout: float = 40):
+def wait_listed(server: DashboardServer, uuid: str, timeout: float = 120):
     """Wait until the follower has imported run `uuid` (the import's request done) and it is on the Runs list."""
     wait_until(f'run {uuid} imported; log:\n{server.log()[-3000:]}',
                lambda: following(server.port)['runs'].get(uuid) == 'following', timeout)
@@ -152,7 +152,7 @@ def test_a_run_that_grows_while_followed_shows_its_new_points(xl_project, tmp_pa
         wait_listed(server, uuid)
         train_xl(project, f'resume={uuid}', 'max_step=33')
         wait_until('the resumed steps on the chart',
-                   lambda: series(server.port, uuid)['loss.valid']['step'][-1:] == [32], timeout=30)
+                   lambda: series(server.port, uuid)['loss.valid']['step'][-1:] == [32], timeout=120)
         shown = assert_series_as_in_file(server.port, uuid, folder)
         assert shown['loss.train']['step'] == list(range(33))
         assert shown['loss.valid']['step'] == [14, 29, 32]
@@ -175,7 +175,7 @@ def test_a_step_written_again_shows_the_value_written_last(xl_project, tmp_path)
             f.write(json.dumps({'track': {'loss.train': [[10, [7.0, 9.0]], [30, [5.0]]], 'loss.test': [[30, [6.0]]]},
                                 'time': time.time()}) + '\n')
         wait_until('the rewritten step on the chart', lambda: 10 in series(server.port, uuid)['loss.train']['step']
-                   and 8.0 in series(server.port, uuid)['loss.train']['value'], timeout=30)
+                   and 8.0 in series(server.port, uuid)['loss.train']['value'], timeout=120)
         wait_for_scans(server, 1)  # the scan that sent them has ended
         shown = assert_series_as_in_file(server.port, uuid, folder, keys=('loss.train', 'loss.valid', 'loss.test'))
         assert shown['loss.train']['step'] == list(range(11)) + [30]
@@ -196,7 +196,7 @@ def test_a_run_resumed_before_its_last_step_shows_what_read_metrics_reads(xl_pro
             f.write(json.dumps({'track': {'loss.train': [[20, [1.0, 2.0]], [21, [1.25]]], 'lr': [[20, [0.5]]]},
                                 'time': time.time()}) + '\n')
         wait_until('the resumed steps on the chart',
-                   lambda: 1.25 in series(server.port, uuid)['loss.train']['value'], timeout=30)
+                   lambda: 1.25 in series(server.port, uuid)['loss.train']['value'], timeout=120)
         wait_for_scans(server, 1)  # the scan that sent them has ended
         in_file = read_metrics(folder)
         shown = assert_series_as_in_file(server.port, uuid, folder, keys=sorted(in_file))
@@ -255,7 +255,7 @@ def test_a_run_reported_live_is_left_alone(tmp_path):
         (folder / 'log.jsonl').write_text(json.dumps({'track': {'loss': [[s, [100.0]] for s in range(1, 9)]},
                                                       'time': time.time()}) + '\n')
         wait_until('the follower to meet the run', lambda: following(server.port)['runs'].get(uuid) == 'reported live',
-                   timeout=20)
+                   timeout=120)
         wait_for_scans(server)
         assert f'run {uuid} ({folder}) was reported to the dashboard live: left as it is' in server.log()
         loss = series(server.port, uuid)['loss']
