@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .attention_mask import heads_mask
-from .positional_encoding import rotate
+from .positional_encoding import query_positions, rotate
 from .relative_attention import RelativeTerms, masked_softmax
 
 
@@ -117,7 +117,8 @@ def rotate_heads(q: torch.Tensor, k: torch.Tensor, k_memory: Optional[torch.Tens
                  ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
     """
     Head-major queries and keys rotated by position (`positional_encoding.rotate`): the memory's keys at
-    `0 .. mlen - 1`, the segment's after them, the queries the last `qlen` of all `klen`.
+    `0 .. mlen - 1`, the segment's after them, the queries the last `qlen` of all `klen` (`query_positions`: with
+    more queries than keys, the first before the first key).
 
     Shape:
         `q` `[batch, heads, qlen, d_head]`, `k` `[batch, heads, len, d_head]`, `k_memory`
@@ -126,7 +127,8 @@ def rotate_heads(q: torch.Tensor, k: torch.Tensor, k_memory: Optional[torch.Tens
     mlen = 0 if k_memory is None else k_memory.shape[-2]
     klen = mlen + k.shape[-2]
     positions = torch.arange(klen, device=q.device)
-    q = rotate(q, positions[klen - q.shape[-2]:], d_rotary, seq_dim=-2)
+    # The queries' own positions: more of them than keys (cross-attention) start before the first key
+    q = rotate(q, query_positions(q.shape[-2], klen, q.device), d_rotary, seq_dim=-2)
     k = rotate(k, positions[mlen:], d_rotary, seq_dim=-2)
     if k_memory is not None:
         k_memory = rotate(k_memory, positions[:mlen], d_rotary, seq_dim=-2)

@@ -104,6 +104,9 @@ def rotate(x: torch.Tensor, positions: torch.Tensor, d_rotary: int, seq_dim: int
         `x` `[..., d_k]` with `len(positions)` entries on axis `seq_dim` (`[seq, batch, heads, d_k]` by default),
         `positions` `[seq]`; returns the shape of `x`.
     """
+    if len(positions) != x.shape[seq_dim]:
+        raise ValueError(f"rotate: {len(positions)} positions for {x.shape[seq_dim]} entries on axis {seq_dim} of x "
+                         f"{tuple(x.shape)}; each entry is turned by its own position, so give one per entry")
     half = d_rotary // 2
     # $\theta_i = 10000^{-2i/d}$, in float64 for exact angles, then in the dtype of `x`
     theta = 1.0 / 10000 ** (torch.arange(0, d_rotary, 2, dtype=torch.float64, device=x.device) / d_rotary)
@@ -117,10 +120,28 @@ def rotate(x: torch.Tensor, positions: torch.Tensor, d_rotary: int, seq_dim: int
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)
 
 
+def query_positions(seq_q: int, seq_k: int, device: Optional[torch.device] = None) -> torch.Tensor:
+    r"""
+    The positions of `seq_q` queries against keys at $0 .. \mathit{seq_k} - 1$: the last `seq_q` of the key
+    positions, $m_i = \mathit{seq_k} - \mathit{seq_q} + i$, as for every scheme of this package (the query $i$ is
+    $i - j + \mathit{seq_k} - \mathit{seq_q}$ from the key $j$, `relative_distances`).
+
+    Built for the queries' own length, not sliced from the keys' positions: with more queries than keys (the
+    cross-attention of a decoder whose target is longer than its source) the first $\mathit{seq_q} - \mathit{seq_k}$
+    are before the first key, at negative positions (a rotation by a negative angle), and the rotated score
+    still depends on $m_i - j$ only, as ALiBi's and T5's biases do.
+
+    Shape:
+        returns `[seq_q]`, integers.
+    """
+    # $m_i = \mathit{seq_k} - \mathit{seq_q} + i$
+    return torch.arange(seq_k - seq_q, seq_k, device=device)
+
+
 def rotate_queries_and_keys(query: torch.Tensor, key: torch.Tensor, d_rotary: int, seq_dim: int = 0):
     """`query` and `key` rotated by their positions (`rotate`): the keys at `0 .. seq_k - 1`, the queries the last
-    `seq_q` of them (a memory, if any, first)."""
+    `seq_q` of them (a memory, if any, first; before the first key where there are more queries than keys,
+    `query_positions`)."""
     seq_q, seq_k = query.shape[seq_dim], key.shape[seq_dim]
-    key_positions = torch.arange(seq_k, device=key.device)
-    return (rotate(query, key_positions[seq_k - seq_q:], d_rotary, seq_dim),
-            rotate(key, key_positions, d_rotary, seq_dim))
+    return (rotate(query, query_positions(seq_q, seq_k, query.device), d_rotary, seq_dim),
+            rotate(key, torch.arange(seq_k, device=key.device), d_rotary, seq_dim))

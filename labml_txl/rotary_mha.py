@@ -14,7 +14,11 @@ each head's $d_k$ features are rotated (`rotary_fraction` of them, rounded down 
 pass as they are.
 
 Positions: the queries are the last `seq_q` of the `seq_k` key positions, as for `'relative'` (with a memory in
-front of the keys, the memory comes first).
+front of the keys, the memory comes first): query $i$ at $m_i = \mathit{seq_k} - \mathit{seq_q} + i$, key $j$ at $j$.
+Each side is turned by its own positions (`positional_encoding.query_positions`), so cross-attention with more
+queries than keys (a target longer than its source) is defined too: its first queries sit before the first key, at
+negative positions, and the score depends on $m_i - j = i - j + \mathit{seq_k} - \mathit{seq_q}$ alone, the distance
+ALiBi and T5 bias use for the same pair.
 
 This file says what the scheme adds (`position_terms`: a rotation of so many features); the rotation itself is
 `positional_encoding.rotate`, applied by the score hook's reading of the terms (`relative_attention.scores_of_terms`)
