@@ -8,6 +8,12 @@ the memories of one step are the context of the next (reset at the end of each p
    each with its own columns of the memories, gradients accumulated: the same gradient as the whole batch);
 2. gradient-norm clipping at `clip`, an optimizer step and a schedule step.
 
+A step whose loss or gradient norm is not finite (NaN or infinite) is not taken: training stops with
+`TrainingDiverged`, naming the step, and the checkpoints already written, all of finite weights, stay. (Under
+fp16 an infinite gradient is the gradient scaler's to handle: it skips that step and lowers its scale.) A
+checkpoint is never written from a state that is not finite, and one read on resume is refused
+(`checkpoint.check_finite_state`).
+
 Every `eval_interval` steps the model is evaluated on the validation split with segments of `eval_tgt_len` (the
 memory grown by `tgt_len - eval_tgt_len` so every position sees as much context as in training), and every
 `checkpoint_interval` steps the whole state is saved: model, optimizer, schedule, data position, memories and
@@ -27,7 +33,7 @@ import torch
 from labml import monit, tracker
 
 from .. import native
-from .checkpoint import load_model_state, save_checkpoint
+from .checkpoint import checkpoint_steps, check_finite_state, load_model_state, non_finite_values, save_checkpoint
 from .configs import TrainXLConfigs, check_splits_fit, check_training_configs, device_of
 from .distributed import DistributedContext, check_divisible
 from .interruption import StopSignals, TrainingInterrupted
@@ -55,6 +61,17 @@ def mean_loss_over_stream(model, iterator, max_steps: int = 0, columns: Optional
         total_loss += seq_len * loss.double().mean().item()
         total_len += seq_len
     return total_loss / max(total_len, 1)
+
+
+class TrainingDiverged(ValueError):
+    """
+    Training stopped because its loss, gradient norm or weights stopped being finite at `step`. A `ValueError`: the
+    settings' values (`lr`, `clip`, the schedule) made it diverge, and the scripts report it as `error: ...`.
+    """
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
 
 
 def quality(loss: float, level: str) -> Dict[str, float]:
@@ -179,14 +196,40 @@ class Trainer:
         self.mems = [torch.cat(layer, dim=1) for layer in zip(*new_mems)] if new_mems[0] else None
         self.scaler.unscale_(self.optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), conf.clip)
+        self.grad_norm = grad_norm.item()
+        if self.distributed is not None:
+            # Before the optimizer step, so every rank judges the same loss (the gradient norm is the same already)
+            total = self.distributed.sum(total)[0] / self.distributed.world_size
+        self._check_finite_step(total)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         if not self._steps_on_validation:
             self.scheduler.step()
-        self.grad_norm = grad_norm.item()
-        if self.distributed is not None:
-            total = self.distributed.sum(total)[0] / self.distributed.world_size
         return total
+
+    def _check_finite_step(self, loss: float) -> None:
+        """A `TrainingDiverged` naming this step where its loss or gradient norm is not finite, before the optimizer
+        step, so the weights stay finite. Under fp16 an infinite or NaN gradient is the gradient scaler's overflow,
+        whose step it skips: only the loss counts there."""
+        gradient_counts = not self.scaler.is_enabled()
+        if math.isfinite(loss) and (math.isfinite(self.grad_norm) or not gradient_counts):
+            return
+        step = self.step + 1
+        lr = self.optimizer.param_groups[0]['lr']
+        if not math.isfinite(loss):
+            what = f"the loss is {loss} (gradient norm {self.grad_norm}, learning rate {lr})"
+        else:
+            what = f"the gradient norm is {self.grad_norm} (loss {loss}, learning rate {lr})"
+        raise TrainingDiverged(f"training diverged at step {step}: {what}; the step was not taken and nothing was "
+                               f"saved after it; {self._newest_checkpoint()}. A lower lr, a smaller clip or a "
+                               f"longer warm-up usually keeps a run from diverging", step)
+
+    def _newest_checkpoint(self) -> str:
+        """The newest checkpoint on disk, as words for a message."""
+        steps = checkpoint_steps(self.checkpoint_dir) if self.checkpoint_dir is not None else []
+        if not steps:
+            return 'no checkpoint was written before it'
+        return f"the newest checkpoint, of step {steps[-1]} ({self.checkpoint_dir / str(steps[-1])}), is kept"
 
     @torch.no_grad()
     def evaluate(self, split: str = 'valid', max_steps: Optional[int] = None,
@@ -230,6 +273,10 @@ class Trainer:
         }
 
     def load_state_dict(self, state: Dict[str, Any], source: str) -> None:
+        """Continue from `state`, read from the checkpoint `source`; a `CheckpointError` naming it where its state
+        is not finite (training from it would only give `loss nan`) or does not fit the model, before anything is
+        changed."""
+        check_finite_state(state, source)
         load_model_state(self.model, state['model'], source)
         self.optimizer.load_state_dict(state['optimizer'])
         self.scheduler.load_state_dict(state['scheduler'])
@@ -252,10 +299,21 @@ class Trainer:
 
     def save(self) -> Optional[Path]:
         """Write a checkpoint of this step (once: a second call at the same step writes nothing); every rank takes
-        part (the memories are gathered), rank 0 writes. Returns its folder (None where none is written)."""
+        part (the memories are gathered), rank 0 writes. Returns its folder (None where none is written).
+
+        A state that is not finite is never written (it would replace the last good checkpoints under the keep-two
+        policy): that is a `TrainingDiverged` naming what is not finite and the newest checkpoint, which is kept."""
         if self._saved_step == self.step:
             return self._saved_folder
         state = self.state_dict()
+        found = non_finite_values(state)
+        if found:
+            more = f" and {len(found) - 3} more" if len(found) > 3 else ''
+            verb = 'is' if len(found) == 1 else 'are'
+            raise TrainingDiverged(f"training diverged by step {self.step}: {', '.join(found[:3])}{more} {verb} not "
+                                   f"finite; its checkpoint was not written; {self._newest_checkpoint()}. A lower "
+                                   f"lr, a smaller clip or a longer warm-up usually keeps a run from diverging",
+                                   self.step)
         folder = None
         if self.checkpoint_dir is not None and (self.distributed is None or self.distributed.is_main):
             folder = save_checkpoint(self.checkpoint_dir, self.step, state)

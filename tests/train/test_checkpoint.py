@@ -176,3 +176,44 @@ def test_checkpoint_of_another_shape_names_the_tensor_and_both_shapes():
     with pytest.raises(CheckpointError, match=r"run-x is from a model of another shape: weight has shape \[3, 4\] "
                                               r"in the checkpoint but \[5, 4\] in the model"):
         load_model_state(torch.nn.Linear(4, 5), saved, 'run-x')
+
+
+@pytest.mark.parametrize('loss', ['missing', 'a folder', 'not text'])
+def test_a_checkpoint_without_readable_checksums_is_named_and_the_previous_used(tmp_path, loss):
+    """Before: a folder without `SHA256SUMS` was passed over without a word."""
+    save_checkpoint(tmp_path, 1, {'step': 1, 'weight': torch.zeros(4)})
+    newest = save_checkpoint(tmp_path, 2, {'step': 2, 'weight': torch.ones(4)})
+    (newest / CHECKSUMS_FILE).unlink()
+    if loss == 'a folder':
+        (newest / CHECKSUMS_FILE).mkdir()
+    elif loss == 'not text':
+        (newest / CHECKSUMS_FILE).write_bytes(b'\xff\xfe\x00garbage')
+    reason = r"has no SHA256SUMS" if loss == 'missing' else r"cannot be read"
+    with pytest.warns(RuntimeWarning, match=rf"checkpoint {newest} {reason}.*falling back to the previous"):
+        step, loaded = load_latest_checkpoint(tmp_path)
+    assert step == 1 and torch.equal(loaded['weight'], torch.zeros(4))
+
+
+def test_only_checkpoints_without_checksums_is_an_error_naming_them(tmp_path):
+    (save_checkpoint(tmp_path, 5, {'step': 5}) / CHECKSUMS_FILE).unlink()
+    with pytest.warns(RuntimeWarning, match=r"has no SHA256SUMS"), \
+            pytest.raises(CheckpointError, match=r"no readable checkpoint.*\[5\]"):
+        load_latest_checkpoint(tmp_path)
+
+
+def test_a_checkpoint_that_does_not_verify_is_set_aside_not_overwritten(tmp_path):
+    """Before: a save of the same step removed the folder, whose files may well be intact, without a word."""
+    save_checkpoint(tmp_path, 1, {'step': 1})
+    unverified = save_checkpoint(tmp_path, 2, {'step': 2, 'weight': torch.ones(4)})
+    (unverified / CHECKSUMS_FILE).unlink()
+    kept = {p.name: p.read_bytes() for p in unverified.iterdir()}
+    with pytest.warns(RuntimeWarning, match=rf"checkpoint {unverified} has no SHA256SUMS.*it is kept as "
+                                            rf"{unverified}\.unverified instead of being overwritten"):
+        save_checkpoint(tmp_path, 2, {'step': 2, 'weight': torch.zeros(4)})
+    assert {p.name: p.read_bytes() for p in (tmp_path / '2.unverified').iterdir()} == kept
+    assert torch.equal(read_checkpoint(tmp_path / '2')['weight'], torch.zeros(4))
+    # A second one goes beside the first
+    (unverified / CHECKSUMS_FILE).unlink()
+    with pytest.warns(RuntimeWarning, match=rf"kept as {unverified}\.unverified-2 "):
+        save_checkpoint(tmp_path, 2, {'step': 2})
+    assert checkpoint_steps(tmp_path) == [1, 2]

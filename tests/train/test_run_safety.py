@@ -159,3 +159,19 @@ def test_a_run_is_found_in_the_project_of_the_working_directory(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert checkpoint_steps(project / 'logs' / 'train_xl' / 'mine' / 'checkpoints') == [4, 6]
     assert not (REPO / 'logs' / 'train_xl' / 'mine').exists()
+
+
+def test_a_newer_checkpoint_without_checksums_is_named_and_never_overwritten(finished_run):
+    """Before: the resume started from step 2 without a word, and its save of step 4 removed the folder 4."""
+    run_path, _ = finished_run
+    newest = run_path / 'checkpoints' / '4'
+    (newest / 'SHA256SUMS').unlink()
+    kept = {p.name: p.read_bytes() for p in newest.iterdir()}
+    with pytest.warns(RuntimeWarning) as warned:
+        resumed = train_xl.train({'max_step': 6}, resume='finished', screen=False)
+    messages = [str(w.message) for w in warned]
+    assert any(re.search(rf"checkpoint {newest} has no SHA256SUMS.*falling back", m) for m in messages), messages
+    assert any(re.search(rf"checkpoint {newest} has no SHA256SUMS.*kept as {newest}\.unverified", m)
+               for m in messages), messages
+    assert [step for step, _ in resumed.history] == [3, 4, 5, 6]
+    assert {p.name: p.read_bytes() for p in (run_path / 'checkpoints' / '4.unverified').iterdir()} == kept
