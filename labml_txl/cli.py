@@ -70,6 +70,7 @@ def run_script(action: Callable[[List[str]], Any], argv: List[str], usage: str, 
     from .config_validation import ConfigTypeError
     from .train.checkpoint import CheckpointError
     from .train.interruption import TrainingInterrupted
+    from .train.trainer import TrainingDiverged
     from .train.runs import RunInUseError
     if any(a in ('-h', '--help') for a in argv) or (needs_argument and not argv):
         print(usage.strip('\n'))
@@ -82,6 +83,10 @@ def run_script(action: Callable[[List[str]], Any], argv: List[str], usage: str, 
         # On a line of its own, after the progress line labml's screen leaves open
         print(f'\n{stopped}', file=sys.stderr)
         return stopped.exit_code
+    except TrainingDiverged as diverged:
+        # (the same)
+        print(f'\nerror: {diverged}', file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print('\nInterrupted (Ctrl-C)', file=sys.stderr)
         return 130
