@@ -14,6 +14,7 @@ import torch
 
 from .errors import require_positive_int
 from .xl import MemTransformerLM
+from .xl.mem_transformer import require_token_tensor
 
 
 def filter_distribution(log_probs: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
@@ -66,7 +67,11 @@ def generate(model: MemTransformerLM, prompt: torch.Tensor, n_tokens: int, *, co
 
     Shape:
         returns `[n_tokens, batch]`.
+
+    `prompt` is a tensor, as the model takes: a numpy array or a list is a `TypeError` saying how to convert it
+    (`xl.mem_transformer.require_token_tensor` says why it is not converted here).
     """
+    require_token_tensor('prompt', prompt, model.word_emb.emb_layers[0].weight.device)
     if prompt.dim() != 2 or prompt.shape[0] < 1:
         raise ValueError(f"prompt of shape {list(prompt.shape)} is not accepted: expected [prompt_len >= 1, batch]")
     require_positive_int('n_tokens', n_tokens)

@@ -112,10 +112,23 @@ def save_overrides(run_path: Path, overrides: Dict[str, Any]) -> None:
 
 
 def load_overrides(run_path: Path) -> Dict[str, Any]:
+    """
+    The overrides a run was started with (its `overrides.json`), or an error naming the file: a `RunNotFoundError`
+    when it is not there, a `ValueError` when it is not a JSON object of settings (damaged, or edited by hand), so
+    that a resume or an evaluation stops with the file to look at, not with the JSON parser's position alone.
+    """
     path = run_path / OVERRIDES_FILE
     if not path.exists():
         raise RunNotFoundError(f"run {run_path} has no {OVERRIDES_FILE}: it was not started by train_xl.py")
-    return json.loads(path.read_text())
+    expected = ('expected the JSON object of settings train_xl.py writes (e.g. {"d_model": 128}); correct the file, '
+                'or start a new run')
+    try:
+        overrides = json.loads(path.read_text(encoding='utf-8'))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not JSON ({e}): {expected}") from e
+    if not isinstance(overrides, dict):
+        raise ValueError(f"{path} holds a {type(overrides).__name__}: {expected}")
+    return overrides
 
 
 def remove_labml_pid(run_path: Path) -> None:

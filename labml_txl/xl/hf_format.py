@@ -22,9 +22,16 @@ original reads tail cluster $i$ (counting from 1) from the head's column $-i$, s
 Converting reverses the rows of `cluster_weight` and `cluster_bias`, which is exact; copied as they are, the hidden
 states agree but the log-probabilities of a model with two or more tail clusters do not.
 
-Nothing is unpickled but plain data: safetensors, or `torch.load(weights_only=True)`.
+Nothing is unpickled but plain data: safetensors, or `torch.load(weights_only=True)`. A weight file that is cut
+short, damaged, or a pickle that asks for code is a `PublishedFileError` naming the file, on one line (the scripts
+print it as their `error:` line). `save_pretrained` writes into a temporary folder beside the target and moves the
+files in only once all are written, so a failed save (a full disk) leaves the folder as it was, or no folder.
 """
 import json
+import os
+import re
+import shutil
+import uuid
 import zipfile
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple, Type, TypeVar
@@ -56,6 +63,21 @@ LOAD_DEFAULTS: Dict[str, object] = {'original_numerics': True}
 CLUSTER_ROWS = ('crit.cluster_weight', 'crit.cluster_bias')
 
 Model = TypeVar('Model', bound=nn.Module)
+
+
+class PublishedFileError(ValueError):
+    """A weight file of a Hugging Face folder that cannot be read: truncated, damaged, or a pickle that asks for
+    code. The message names the file, what is wrong and what is read; a `ValueError`, so the scripts print it as one
+    `error:` line (`cli.run_script`) instead of a traceback."""
+
+
+def _one_line(error, limit: int = 200) -> str:
+    """The gist of a library's error message on one line: its first sentence, without terminal colour codes (torch's
+    and safetensors' messages run over several lines of advice that does not apply here)."""
+    text = re.sub(r'\x1b\[[0-9;]*m', '', str(error))
+    text = ' '.join(text.split())
+    sentence = re.split(r'(?<=[a-z0-9)\]])\. ', text, maxsplit=1)[0].rstrip('.')
+    return sentence if len(sentence) <= limit else sentence[:limit - 3] + '...'
 
 
 # -- config.json --
@@ -230,20 +252,58 @@ class WeightFiles:
             raise ValueError(f"{index} is not a shard index: expected JSON with a 'weight_map' of weight names to "
                              f"files") from e
 
+    @staticmethod
+    def _damaged(file: Path, error: BaseException, what: str) -> PublishedFileError:
+        # What torch's message says beneath its advice on `weights_only` (which does not apply to a damaged file)
+        unpickler = re.search(r'WeightsUnpickler error:\s*(.*?)\s*(?:\n\s*\n|$)', str(error), re.S)
+        with open(file, 'rb') as f:
+            zip_start = f.read(4) == b'PK\x03\x04'
+            size = f.seek(0, os.SEEK_END)
+        if zip_start and not zipfile.is_zipfile(file):
+            # torch's own reading of such a file fails with an unrelated OSError (EINVAL)
+            detail = 'a zip archive without its end: the central directory is missing'
+        else:
+            detail = f'torch.load: {_one_line(unpickler.group(1))}' if unpickler else _one_line(error)
+        return PublishedFileError(f"{file} is truncated or damaged ({detail}; {size:,} "
+                                  f"bytes): expected {what} as Hugging Face's save_pretrained writes it; copy or "
+                                  f"download the file again")
+
     def _open_safetensors(self, file: Path) -> None:
-        handle = safetensors.safe_open(str(file), framework='pt')
-        for name in handle.keys():
-            self.shapes[name] = tuple(handle.get_slice(name).get_shape())
-            self._readers[name] = lambda name=name: handle.get_tensor(name)
+        what = 'a safetensors file of the weights'
+        try:
+            # (the header is read and checked against the file's length here: a file cut short fails now)
+            handle = safetensors.safe_open(str(file), framework='pt')
+            names = list(handle.keys())
+            for name in names:
+                self.shapes[name] = tuple(handle.get_slice(name).get_shape())
+        except (safetensors.SafetensorError, ValueError) as e:
+            raise self._damaged(file, e, what) from e
+
+        def read(name: str) -> torch.Tensor:
+            try:
+                return handle.get_tensor(name)
+            except (safetensors.SafetensorError, ValueError) as e:
+                raise self._damaged(file, e, what) from e
+
+        for name in names:
+            self._readers[name] = lambda name=name: read(name)
 
     def _open_bin(self, file: Path) -> None:
         try:
             # Memory-mapped where the file is of torch's zip format (the legacy format cannot be)
             state = torch.load(file, map_location='cpu', weights_only=True, mmap=zipfile.is_zipfile(file))
+        except (PermissionError, FileNotFoundError, IsADirectoryError):
+            # (the file cannot be opened: Python's message names it and says why)
+            raise
         except Exception as e:
-            raise ValueError(f"{file} is not read ({type(e).__name__}: {e}): it is loaded with "
-                             f"torch.load(weights_only=True), which accepts tensors and plain data, never pickled "
-                             f"code") from e
+            # torch's refusal names the global as `GLOBAL module.name`, amid several lines of advice
+            asked = re.search(r'Unsupported global: GLOBAL (\S+)', str(e))
+            if asked:
+                raise PublishedFileError(
+                    f"{file} asks for {asked.group(1)}, which is refused: it is read with "
+                    f"torch.load(weights_only=True), which accepts tensors and plain data, never code a pickle "
+                    f"names") from e
+            raise self._damaged(file, e, 'a torch.save file of the weights (a dict of names to tensors)') from e
         if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
                                                   for k, v in state.items()):
             raise ValueError(f"{file} holds a {type(state).__name__}, not a state_dict: expected a dict of weight "
@@ -314,7 +374,11 @@ def load_pretrained(model_class: Type[Model], path, **overrides) -> Model:
 
 def save_pretrained(model: nn.Module, path) -> None:
     """Write `model` into the folder `path` as Hugging Face's `save_pretrained` does: `config.json` and
-    `model.safetensors`, which `TransfoXLLMHeadModel.from_pretrained` (transformers 4.44) reads."""
+    `model.safetensors`, which `TransfoXLLMHeadModel.from_pretrained` (transformers 4.44) reads.
+
+    Both are written into a temporary folder beside `path` first and moved in once written, so that a failed write
+    (a full disk) leaves `path` as it was, or does not make it: an `OSError` names the folder, the file, the system's
+    reason (with its `errno`) and what is left."""
     config = hf_config(model)
     tensors = {}
     for tensor, names in hf_names(model):
@@ -328,6 +392,57 @@ def save_pretrained(model: nn.Module, path) -> None:
     folder = Path(path)
     if folder.exists() and not folder.is_dir():
         raise FileExistsError(f"{str(folder)!r} is a file: save_pretrained writes a folder")
-    folder.mkdir(parents=True, exist_ok=True)
-    safetensors.torch.save_file(tensors, str(folder / SAFETENSORS_FILE), metadata={'format': 'pt'})
-    (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + '\n', encoding='utf-8')
+    existed = folder.is_dir()
+    # The folders above it that are made for it, outermost first: removed again if the save fails
+    made = [p for p in reversed(folder.parents) if not p.exists()]
+    # Beside the target, so that the moves below are renames within one file system
+    temporary = folder.parent / f'.{folder.name}.{uuid.uuid4().hex[:8]}.partial'
+    step, moved = 'making the folder', []
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        temporary.mkdir()
+        step = f'writing {SAFETENSORS_FILE}'
+        safetensors.torch.save_file(tensors, str(temporary / SAFETENSORS_FILE), metadata={'format': 'pt'})
+        step = f'writing {CONFIG_FILE}'
+        (temporary / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + '\n', encoding='utf-8')
+        step = 'moving the written files into it'
+        if existed:
+            # Into the existing folder, file by file (its other files, a vocab.pkl, stay): renames, which need no
+            # space, so once both files are written nothing is left to fail but in exceptional cases
+            for name in (SAFETENSORS_FILE, CONFIG_FILE):
+                os.replace(temporary / name, folder / name)
+                moved.append(name)
+            shutil.rmtree(temporary, ignore_errors=True)
+        else:
+            os.replace(temporary, folder)
+    except (OSError, safetensors.SafetensorError) as e:
+        shutil.rmtree(temporary, ignore_errors=True)
+        for parent in reversed(made):
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+        if not existed:
+            left = 'no folder is left'
+        elif moved:
+            left = f"its {', '.join(moved)} is the new model's, the rest the earlier save's: save it again"
+        else:
+            left = 'the folder is left as it was'
+        raise _save_error(folder, step, left, e) from e
+
+
+def _save_error(folder: Path, step: str, left: str, error: BaseException) -> OSError:
+    """An `OSError` naming the folder, what a failed save was doing (`step`) and what it left (`left`), with the
+    system's reason and its `errno` (safetensors reports the OS error inside its own message:
+    `IoError(Os { code: 28, ... })`)."""
+    code = error.errno if isinstance(error, OSError) else None
+    reason = error.strerror if isinstance(error, OSError) and error.strerror else None
+    found = re.search(r'code: (\d+).*?message: "([^"]*)"', str(error))
+    if found and code is None:
+        code, reason = int(found.group(1)), found.group(2)
+    reason = reason or _one_line(error)
+    if code is not None:
+        reason += f' (errno {code})'
+    saved = OSError(f"{folder} was not saved: {step} failed: {reason}; {left}")
+    saved.errno = code
+    return saved

@@ -81,6 +81,26 @@ ATTN_TYPES = (0, 1, 2, 3, 4, 5, 6)
 LEARNED_TABLE_TYPES = (1, 3)
 
 
+def require_token_tensor(name: str, value, device: torch.device) -> None:
+    """
+    A `TypeError` unless the token ids `value` (the argument `name`) are a `torch.Tensor`, naming the type given,
+    the type taken, and the conversion.
+
+    Ids that are not a tensor (a numpy array, a list) are refused, not converted: torch's own modules refuse them
+    (`nn.Embedding` takes only tensors), and a conversion here would choose for the caller what only the caller
+    knows: the device (a numpy array is on the host, the model may be on a GPU: a copy at every call of a
+    generation loop), and the dtype (numpy's default integer is int32 on Windows and int64 elsewhere; a float array
+    holds no ids). Everything the model returns (losses, memories) is a tensor; one `torch.as_tensor` by the caller
+    keeps the whole loop in tensors.
+    """
+    if isinstance(value, torch.Tensor):
+        return
+    kind = type(value)
+    given = kind.__qualname__ if kind.__module__ == 'builtins' else f'{kind.__module__}.{kind.__qualname__}'
+    raise TypeError(f"{name} must be a torch.Tensor [seq_len, batch] of token ids (torch.long or torch.int32), got "
+                    f"{given}: convert it with torch.as_tensor({name}, device={str(device)!r})")
+
+
 class MemTransformerLM(nn.Module):
     """
     The Transformer-XL language model: the original's constructor, calling convention and parameter names.
@@ -389,7 +409,9 @@ class MemTransformerLM(nn.Module):
         file's, as Hugging Face returns it.
 
         Raises an exception, before any weight is read, for a folder without a config, a `model_type` other than
-        `'transfo-xl'`, and weights that are missing, unexpected or of another shape (named, with both shapes).
+        `'transfo-xl'`, and weights that are missing, unexpected or of another shape (named, with both shapes); a
+        weight file that is truncated, damaged or asks for code is a `hf_format.PublishedFileError` (a `ValueError`)
+        naming it.
         """
         return hf_format.load_pretrained(cls, path, **overrides)
 
@@ -397,7 +419,9 @@ class MemTransformerLM(nn.Module):
         """
         Write this model into the folder `path` as Hugging Face's TransfoXL: `config.json` and `model.safetensors`,
         which `TransfoXLLMHeadModel.from_pretrained` of transformers 4.44 reads. A `ValueError` names what Hugging
-        Face cannot represent (attention types other than 0, RMSNorm, the sampled softmax, `ext_len > 0`).
+        Face cannot represent (attention types other than 0, RMSNorm, the sampled softmax, `ext_len > 0`). A failed
+        write (a full disk) is an `OSError` naming the folder, which is left as it was, or not made
+        (`hf_format.save_pretrained`).
         """
         hf_format.save_pretrained(self, path)
 
@@ -593,8 +617,12 @@ class MemTransformerLM(nn.Module):
         """
         The original's calling convention: `[loss, *new_mems]`, loss `[tgt_len, bsz]` in position order
         (`new_mems` empty when `mem_len` is 0). In training with `sample_softmax > 0` the loss is the sampled
-        softmax's; otherwise the full (adaptive) softmax's negative log-likelihood.
+        softmax's; otherwise the full (adaptive) softmax's negative log-likelihood. `data` and `target` are tensors:
+        a numpy array or a list is a `TypeError` saying how to convert it (`require_token_tensor` says why).
         """
+        device = self.word_emb.emb_layers[0].weight.device
+        require_token_tensor('data', data, device)
+        require_token_tensor('target', target, device)
         plan = Plan.now(data.device, self.impl)
         mems = self._check_inputs(plan, data, mems)
         check_tokens('target', target, self.n_token, check_values=not plan.compiling)
@@ -627,7 +655,11 @@ class MemTransformerLM(nn.Module):
         Shape:
             `data` `[qlen, bsz]`; `mems` as returned before (None or `[]` for a new stream); returns
             `hidden` `[qlen, bsz, d_model]` and `n_layer + 1` memories (`[]` when `mem_len` is 0).
+
+        `data` is a tensor (also for `log_probs` and `logits`, which call this): a numpy array or a list is a
+        `TypeError` saying how to convert it (`require_token_tensor` says why).
         """
+        require_token_tensor('data', data, self.word_emb.emb_layers[0].weight.device)
         plan = Plan.now(data.device, self.impl)
         mems = self._check_inputs(plan, data, mems)
         return self._forward(plan, data, mems)
