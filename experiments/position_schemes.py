@@ -179,9 +179,11 @@ def compare(args: List[str]) -> List[Dict[str, Any]]:
         print(demo.start_dashboard(settings['port']))
     # (the sweep checks every run's settings before the first starts)
     sweep = run_sweep(SCRIPT, sweep_points(settings, overrides))
-    if sweep.exit_code != 0:
-        raise SystemExit(sweep.exit_code)
-    results = [evaluate_at_lengths(record, settings['lengths']) for record in sweep.records]
+    finished = [record for record in sweep.records if record.status == 'completed']
+    if not finished:
+        raise SystemExit(sweep.exit_code or 1)
+    # What finished is evaluated and written even where a later run failed (the sweep named it)
+    results = [evaluate_at_lengths(record, settings['lengths']) for record in finished]
     order = {(scheme, memory): i for i, (scheme, memory) in
              enumerate((s, m) for s in settings['schemes'] for m in (False, True))}
     results.sort(key=lambda r: order[(r['scheme'], r['memory'])])
@@ -195,6 +197,8 @@ def compare(args: List[str]) -> List[Dict[str, Any]]:
     print(table)
     print(f"\nTotal {sum(r['minutes'] for r in results):.1f} minutes of runs; written to {out}/results.md, "
           f"results.json and position_schemes.png")
+    if sweep.exit_code != 0:
+        raise SystemExit(sweep.exit_code)
     return results
 
 

@@ -50,3 +50,17 @@ def test_bad_settings_are_refused_before_any_run(argument, message, tmp_path, mo
     with pytest.raises(ValueError, match=message):
         position_schemes.compare([argument, 'dashboard=False'])
     assert not (tmp_path / 'logs').exists()
+
+
+def test_what_finished_is_written_when_a_later_run_fails(tmp_path, monkeypatch):
+    # absolute_deeper needs n_head * d_head = d_model; with d_model=32 its run fails, after absolute's finished
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / 'out'
+    tiny = [t for t in TINY if not t.startswith('d_model=')] + ['d_model=32']
+    with pytest.raises(SystemExit) as stopped:
+        position_schemes.compare(['max_step=2', 'schemes=absolute,absolute_deeper', 'memory=without', 'lengths=1',
+                                  f'out={out}', 'dashboard=False'] + tiny)
+    assert stopped.value.code == 1
+    results = json.loads((out / 'results.json').read_text())
+    assert [(r['scheme'], r['memory']) for r in results] == [('absolute', False)]
+    assert '| absolute, fixed sinusoids added to the input | none |' in (out / 'results.md').read_text()
