@@ -13,6 +13,7 @@ from typing import Any, Dict
 from labml import experiment, lab
 
 from ..file_lock import FileLock
+from ..json_file import read_json_object
 
 OVERRIDES_FILE = 'overrides.json'
 LOCK_FILE = 'train.lock'
@@ -120,15 +121,8 @@ def load_overrides(run_path: Path) -> Dict[str, Any]:
     path = run_path / OVERRIDES_FILE
     if not path.exists():
         raise RunNotFoundError(f"run {run_path} has no {OVERRIDES_FILE}: it was not started by train_xl.py")
-    expected = ('expected the JSON object of settings train_xl.py writes (e.g. {"d_model": 128}); correct the file, '
-                'or start a new run')
-    try:
-        overrides = json.loads(path.read_text(encoding='utf-8'))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not JSON ({e}): {expected}") from e
-    if not isinstance(overrides, dict):
-        raise ValueError(f"{path} holds a {type(overrides).__name__}: {expected}")
-    return overrides
+    return read_json_object(path, 'the JSON object of settings train_xl.py writes (e.g. {"d_model": 128}); correct '
+                                  'the file, or start a new run')
 
 
 def remove_labml_pid(run_path: Path) -> None:

@@ -41,6 +41,8 @@ import safetensors.torch
 import torch
 from torch import nn
 
+from ..json_file import read_json_object
+
 HF_MODEL_TYPE = 'transfo-xl'
 HF_ARCHITECTURE = 'TransfoXLLMHeadModel'
 CONFIG_FILE = 'config.json'
@@ -98,12 +100,7 @@ def read_config(folder: Path) -> dict:
         raise FileNotFoundError(f"{str(folder)!r} has no {CONFIG_FILE}: expected a folder as Hugging Face's "
                                 f"save_pretrained writes it ({CONFIG_FILE} with {SAFETENSORS_FILE} or {BIN_FILE}); "
                                 f"it holds {_listed(sorted(p.name for p in folder.iterdir()))}")
-    try:
-        config = json.loads(path.read_text(encoding='utf-8'))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not JSON ({e}): expected the TransfoXLConfig Hugging Face writes") from e
-    if not isinstance(config, dict):
-        raise ValueError(f"{path} holds a {type(config).__name__}, not the JSON object of a TransfoXLConfig")
+    config = read_json_object(path, 'the JSON object of a TransfoXLConfig, as Hugging Face writes it')
     # Configs written before transformers had `model_type` leave it out
     model_type = config.get('model_type', HF_MODEL_TYPE)
     if model_type != HF_MODEL_TYPE:

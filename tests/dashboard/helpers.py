@@ -229,3 +229,18 @@ def series(port: int, run_uuid: str) -> Dict[str, Dict[str, List[float]]]:
 def listed_runs(port: int) -> Dict[str, Dict[str, Any]]:
     """The runs of the Runs page (its API), by uuid."""
     return {r['run_uuid']: r for r in api('GET', port, 'runs/null')['runs']}
+
+
+def send(method: str, url: str, body: bytes, content_type: str = 'application/json'):
+    """`(status, content)` of a request with a raw body, the error answers included."""
+    request = urllib.request.Request(url, data=body, method=method, headers={'Content-Type': content_type})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def error_message(content: bytes) -> str:
+    """The `error` of a JSON error answer."""
+    return json.loads(content)['error']

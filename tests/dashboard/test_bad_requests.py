@@ -4,28 +4,13 @@ error naming the file, never a 500 with a Python trace."""
 import json
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 
 import pytest
 
 pytest.importorskip('labml_app', reason="the dashboard extra is not installed: pip install -e '.[dashboard]'")
 
 from labml_txl.dashboard_app.request_checks import MAX_DEPTH, nesting_depth  # noqa: E402
-from .helpers import DashboardServer, api, free_port, http  # noqa: E402
-
-
-def _send(method: str, url: str, body: bytes):
-    request = urllib.request.Request(url, data=body, method=method, headers={'Content-Type': 'application/json'})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
-
-
-def _error(content: bytes) -> str:
-    return json.loads(content)['error']
+from .helpers import DashboardServer, api, error_message, free_port, http, send  # noqa: E402
 
 
 @pytest.mark.parametrize('path, where', [
@@ -39,7 +24,7 @@ def test_a_null_byte_in_the_path_or_query_is_a_400(dashboard, path, where):
     labml_app."""
     logged = len(dashboard.log())
     status, _, content = http('GET', dashboard.url + path)
-    assert status == 400 and f'the request {where} holds a null byte (%00)' in _error(content), (status, content)
+    assert status == 400 and f'the request {where} holds a null byte (%00)' in error_message(content), (status, content)
     assert 'Traceback' not in dashboard.log()[logged:]
 
 
@@ -48,9 +33,9 @@ def test_a_null_byte_in_the_path_or_query_is_a_400(dashboard, path, where):
 def test_json_nested_too_deeply_is_a_400(dashboard, reported_run, body):
     """100,000 `[` was a 500 (RecursionError in the body's parse); now refused before any parse."""
     logged = len(dashboard.log())
-    status, content = _send('POST', f'{dashboard.url}/api/v1/metrics/{reported_run["uuid"]}', body)
+    status, content = send('POST', f'{dashboard.url}/api/v1/metrics/{reported_run["uuid"]}', body)
     assert status == 400 and (f'the request body nests JSON arrays and objects deeper than {MAX_DEPTH} levels'
-                              in _error(content)), (status, content[:300])
+                              in error_message(content)), (status, content[:300])
     assert 'Traceback' not in dashboard.log()[logged:]
 
 
@@ -58,10 +43,10 @@ def test_nesting_up_to_the_limit_and_brackets_inside_strings_reach_the_app(dashb
     """Only real nesting counts: brackets in a string (escaped quotes included) are text."""
     url = f'{dashboard.url}/api/v1/metrics/{reported_run["uuid"]}'
     text = '[[[{{{' * 10_000 + '\\"]]' + '[' * MAX_DEPTH
-    status, content = _send('POST', url, json.dumps({'get_all': True, 'note': text}).encode())
+    status, content = send('POST', url, json.dumps({'get_all': True, 'note': text}).encode())
     assert status == 200 and json.loads(content)['series'], (status, content[:300])
     nested = json.dumps({'get_all': True, 'deep': json.loads('[' * (MAX_DEPTH - 1) + ']' * (MAX_DEPTH - 1))})
-    status, content = _send('POST', url, nested.encode())
+    status, content = send('POST', url, nested.encode())
     assert status == 200, (status, content[:300])
 
 

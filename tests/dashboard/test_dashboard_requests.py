@@ -3,28 +3,13 @@ traceback), and one dashboard at a time serves a store."""
 import json
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 
 import pytest
 
 pytest.importorskip('labml_app', reason="the dashboard extra is not installed: pip install -e '.[dashboard]'")
 
 from labml_txl.dashboard_app.request_checks import MAX_BODY  # noqa: E402
-from .helpers import DashboardServer, api, free_port  # noqa: E402
-
-
-def _send(method: str, url: str, body: bytes, content_type: str = 'application/json'):
-    request = urllib.request.Request(url, data=body, method=method, headers={'Content-Type': content_type})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
-
-
-def _error(content: bytes) -> str:
-    return json.loads(content)['error']
+from .helpers import DashboardServer, api, error_message, free_port, send  # noqa: E402
 
 
 @pytest.mark.parametrize('method, path, body, message', [
@@ -38,21 +23,21 @@ def _error(content: bytes) -> str:
 ])
 def test_malformed_bodies_are_a_400_with_a_message(dashboard, reported_run, method, path, body, message):
     logged = len(dashboard.log())
-    status, content = _send(method, f'{dashboard.url}/api/v1/{path.format(uuid=reported_run["uuid"])}', body)
-    assert status == 400 and message in _error(content), (status, content[:300])
+    status, content = send(method, f'{dashboard.url}/api/v1/{path.format(uuid=reported_run["uuid"])}', body)
+    assert status == 400 and message in error_message(content), (status, content[:300])
     assert 'Traceback' not in dashboard.log()[logged:]
     # nothing was done: the run is still there, as it was
     assert api('GET', dashboard.port, f'run/{reported_run["uuid"]}')['run_uuid'] == reported_run['uuid']
 
 
 def test_a_body_over_the_limit_is_a_413(dashboard, reported_run):
-    status, content = _send('POST', f'{dashboard.url}/api/v1/run/{reported_run["uuid"]}',
+    status, content = send('POST', f'{dashboard.url}/api/v1/run/{reported_run["uuid"]}',
                             b'[' + b' ' * (MAX_BODY + 1) + b']')
-    assert status == 413 and f'larger than {MAX_BODY} bytes' in _error(content)
+    assert status == 413 and f'larger than {MAX_BODY} bytes' in error_message(content)
 
 
 def test_well_formed_requests_still_reach_the_app(dashboard, reported_run):
-    status, content = _send('PUT', f'{dashboard.url}/api/v1/runs', b'{"run_uuids": []}')
+    status, content = send('PUT', f'{dashboard.url}/api/v1/runs', b'{"run_uuids": []}')
     assert status == 200 and json.loads(content)['is_successful'] is True
     assert api('POST', dashboard.port, f'metrics/{reported_run["uuid"]}', {'get_all': True})['series']
 
