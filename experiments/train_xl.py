@@ -26,7 +26,7 @@ from labml_txl.settings import Settings
 from labml_txl.train.configs import TrainXLConfigs, device_of_name
 from labml_txl.train.distributed import run_in_environment
 from labml_txl.train.interruption import TrainingInterrupted
-from labml_txl.train.run_start import create_run, next_commands, script_path, started_run
+from labml_txl.train.run_start import create_run, differing_overrides, next_commands, script_path, started_run
 from labml_txl.train.runs import (check_run_uuid, find_run, latest_checkpoint_of_run, load_overrides, lock_run,
                                   remove_labml_pid, save_overrides, use_working_directory_project)
 from labml_txl.train.trainer import Trainer, quality
@@ -56,7 +56,9 @@ def train(overrides: Dict[str, Any], resume: Optional[str] = None, name: str = '
     if resume is not None:
         resume = check_run_uuid(resume)
         run_path = find_run(resume)
-        overrides = {**load_overrides(run_path), **overrides}
+        saved = load_overrides(run_path)
+        _check_resumed_settings(resume, saved, overrides)
+        overrides = {**saved, **overrides}
         name = run_path.parent.name
     device = device_of_name(overrides.get('device', 'auto'))
     with run_in_environment(device) as distributed, contextlib.ExitStack() as held:
@@ -111,6 +113,25 @@ def train(overrides: Dict[str, Any], resume: Optional[str] = None, name: str = '
     if is_main:
         print('\n'.join(next_commands(run.uuid, main_path, script_path(__file__))))
     return trainer
+
+
+# What a resume restores from the checkpoint, whatever the configs say: the optimizer's state (its kind, and the
+# learning rate and momentum of its parameter groups) and the schedule's (its kind, its base learning rate, and
+# `dev_perf`'s factor and floor). `max_step`, `warmup_step`, `eta_min`, `clip` and the rest are read from the configs.
+RESTORED_ON_RESUME = ('optimizer', 'lr', 'mom', 'scheduler', 'decay_rate', 'lr_min')
+
+
+def _check_resumed_settings(run_uuid: str, saved: Dict[str, Any], given: Dict[str, Any]) -> None:
+    """A `ValueError` naming the settings given with `resume=` that the checkpoint's state would silently override
+    (they would be recorded in `overrides.json` and have no effect)."""
+    restored = {key: value for key, value in given.items() if key in RESTORED_ON_RESUME}
+    changed = differing_overrides(TrainXLConfigs(), restored, script_defaults=saved)
+    if changed:
+        settings = ' '.join(f'{key}={value}' for key, value in changed.items())
+        raise ValueError(f"{settings}: not accepted with resume=, because run {run_uuid} resumes its optimizer and "
+                         f"learning-rate schedule from its checkpoint ({', '.join(RESTORED_ON_RESUME)} are part of "
+                         f"their state), so the new value would have no effect; start a new run to train with it "
+                         f"(max_step, warmup_step, eta_min, clip and the other settings do apply to a resume)")
 
 
 def main(argv: List[str]) -> int:

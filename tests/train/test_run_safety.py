@@ -56,6 +56,11 @@ def _files(run_path: Path) -> dict:
     ({'n_layer': 'abc'}, ConfigTypeError, r"n_layer='abc' is not accepted: TrainXLConfigs\.n_layer takes an "
                                           r"integer"),
     ({'pre_lnorm': 'yes'}, ConfigTypeError, r"pre_lnorm='yes' is not accepted"),
+    # The optimizer's and the schedule's state come from the checkpoint: a new learning rate was once recorded in
+    # overrides.json and ignored (the printed rate ran on from the saved schedule)
+    ({'lr': 0.01, 'max_step': 6}, ValueError, r"lr=0.01: not accepted with resume=, because run finished resumes its "
+                                              r"optimizer and learning-rate schedule from its checkpoint"),
+    ({'scheduler': 'constant', 'mom': 0.9}, ValueError, r"scheduler=constant mom=0.9: not accepted with resume="),
 ])
 def test_a_failed_resume_leaves_the_run_as_it_was(finished_run, overrides, error, message):
     run_path, saved = finished_run
@@ -175,3 +180,9 @@ def test_a_newer_checkpoint_without_checksums_is_named_and_never_overwritten(fin
                for m in messages), messages
     assert [step for step, _ in resumed.history] == [3, 4, 5, 6]
     assert {p.name: p.read_bytes() for p in (run_path / 'checkpoints' / '4.unverified').iterdir()} == kept
+
+
+def test_a_resume_takes_the_runs_own_learning_rate_and_the_settings_that_apply(finished_run):
+    # Giving the value the run already has changes nothing and is accepted; max_step and clip apply
+    resumed = train_xl.train({'lr': 0.00025, 'max_step': 6, 'clip': 0.5}, resume='finished', screen=False)
+    assert resumed.step == 6 and resumed.conf.clip == 0.5
