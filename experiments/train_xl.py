@@ -23,7 +23,7 @@ from labml.internal.experiment import experiment_singleton
 
 from labml_txl.cli import parse_overrides, run_script
 from labml_txl.settings import Settings
-from labml_txl.train.configs import TrainXLConfigs, device_of_name
+from labml_txl.train.configs import TrainXLConfigs, check_training_configs, device_of_name
 from labml_txl.train.distributed import run_in_environment
 from labml_txl.train.interruption import TrainingInterrupted
 from labml_txl.train.run_start import create_run, differing_overrides, next_commands, script_path, started_run
@@ -113,6 +113,22 @@ def train(overrides: Dict[str, Any], resume: Optional[str] = None, name: str = '
     if is_main:
         print('\n'.join(next_commands(run.uuid, main_path, script_path(__file__))))
     return trainer
+
+
+def check_settings(overrides: Dict[str, Any]) -> None:
+    """
+    The checks a training makes before its first step, without training or writing anything: the configs' keys,
+    options and types, the settings that are only wrong together (`check_training_configs`), and the model's
+    constructor, run on the meta device (shapes only: no memory, no weights). A sweep calls it for every point before
+    its first run, so a point that cannot train is found before any other trains.
+    """
+    conf = TrainXLConfigs()
+    experiment.evaluate()
+    experiment.configs(conf, overrides)
+    check_training_configs(conf)
+    conf.n_token  # (the corpus read, on the CPU)
+    with torch.device('meta'):
+        conf.model
 
 
 # What a resume restores from the checkpoint, whatever the configs say: the optimizer's state (its kind, and the

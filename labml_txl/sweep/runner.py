@@ -45,8 +45,8 @@ class SweepInterrupted(RuntimeError):
         self.exit_code = exit_code
 
 
-def load_script_settings(script: Path):
-    """The `SETTINGS` of an experiment script (`settings.Settings`), read by importing it as a module."""
+def load_script(script: Path):
+    """An experiment script imported as a module, with its `SETTINGS` (`settings.Settings`)."""
     if not script.is_file():
         raise SweepError(f"script {str(script)!r} does not exist: give the path of an experiment script, e.g. "
                          f"experiments/train_xl.py")
@@ -54,17 +54,20 @@ def load_script_settings(script: Path):
     spec = importlib.util.spec_from_file_location(f'sweep_script_{script.stem}', script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    settings = getattr(module, 'SETTINGS', None)
-    if settings is None:
+    if getattr(module, 'SETTINGS', None) is None:
         raise SweepError(f"{script} has no SETTINGS: a sweep runs the scripts that take key=value settings "
                          f"through labml_txl.cli.run_script (those of experiments/)")
-    return settings
+    return module
 
 
 def check_points(script: Path, points: List[Dict[str, Any]]) -> None:
-    """Every point's keys, option names and value types, before the first run starts: a `SweepError` naming the
-    first wrong one, with the closest setting."""
-    settings = load_script_settings(script)
+    """
+    Every point's keys, option names and value types, before the first run starts: a `SweepError` naming the first
+    wrong one, with the closest setting. A script with a `check_settings(settings)` (`train_xl.py`: the checks its
+    training makes before its first step, the model built on the meta device) has every point checked by it too.
+    """
+    module = load_script(script)
+    settings = module.SETTINGS
     keys = settings.keys()
     for point in points:
         for key, value in point.items():
@@ -79,6 +82,12 @@ def check_points(script: Path, points: List[Dict[str, Any]]) -> None:
                     check_override(settings.configs(), key, value)
                 except (LookupError, ValueError, TypeError) as error:
                     raise SweepError(f"{error} (in the sweep's point {describe_point(point)})") from error
+    check = getattr(module, 'check_settings', None)
+    for point in points if check is not None else []:
+        try:
+            check(point)
+        except (LookupError, ValueError, TypeError) as error:
+            raise SweepError(f"{error} (in the sweep's point {describe_point(point)}: no run was started)") from error
 
 
 def describe_point(point: Dict[str, Any]) -> str:
@@ -203,7 +212,7 @@ def run_sweep(script: Path, points: List[Dict[str, Any]], metric: str = 'loss.va
     """
     try:
         check_points(script, points)
-        resumable = 'resume' in load_script_settings(script).keys()
+        resumable = 'resume' in load_script(script).SETTINGS.keys()
         use_working_directory_project()
         project = Path(lab.get_path())
         sweep = sweep_id(script, points)

@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / 'experiments'))
 import position_schemes  # noqa: E402
 
 from labml_txl.runs.records import find_runs  # noqa: E402
+from labml_txl.sweep import SweepResult  # noqa: E402
 
 TINY = ['n_layer=1', 'd_model=16', 'n_head=2', 'd_head=8', 'd_inner=32', 'tgt_len=8', 'batch_size=4',
         'warmup_step=1', 'max_eval_steps=-1']
@@ -52,14 +53,32 @@ def test_bad_settings_are_refused_before_any_run(argument, message, tmp_path, mo
     assert not (tmp_path / 'logs').exists()
 
 
-def test_what_finished_is_written_when_a_later_run_fails(tmp_path, monkeypatch):
-    # absolute_deeper needs n_head * d_head = d_model; with d_model=32 its run fails, after absolute's finished
+def test_a_scheme_that_cannot_train_is_refused_before_any_run(tmp_path, monkeypatch, capsys):
+    # absolute_deeper needs n_head * d_head = d_model: once found after absolute had trained, with nothing written
     monkeypatch.chdir(tmp_path)
-    out = tmp_path / 'out'
     tiny = [t for t in TINY if not t.startswith('d_model=')] + ['d_model=32']
     with pytest.raises(SystemExit) as stopped:
         position_schemes.compare(['max_step=2', 'schemes=absolute,absolute_deeper', 'memory=without', 'lengths=1',
-                                  f'out={out}', 'dashboard=False'] + tiny)
+                                  f'out={tmp_path / "out"}', 'dashboard=False'] + tiny)
+    assert stopped.value.code == 2 and not (tmp_path / 'logs').exists()
+    assert 'n_head * d_head = 2 * 8 = 16 is not accepted with attn_type=3' in capsys.readouterr().err
+
+
+def test_what_finished_is_written_when_a_later_run_fails(tmp_path, monkeypatch):
+    # A run that fails while training (a divergence, a full disk): the sweep goes on and says so with exit code 1;
+    # here the second scheme's run is made to fail by not running it
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / 'out'
+    real_sweep = position_schemes.run_sweep
+
+    def second_run_fails(script, points):
+        finished = real_sweep(script, points[:1])
+        return SweepResult(finished.sweep, finished.records, finished.out, 1)
+
+    monkeypatch.setattr(position_schemes, 'run_sweep', second_run_fails)
+    with pytest.raises(SystemExit) as stopped:
+        position_schemes.compare(['max_step=2', 'schemes=absolute,relative', 'memory=without', 'lengths=1',
+                                  f'out={out}', 'dashboard=False'] + TINY)
     assert stopped.value.code == 1
     results = json.loads((out / 'results.json').read_text())
     assert [(r['scheme'], r['memory']) for r in results] == [('absolute', False)]

@@ -125,3 +125,14 @@ def test_a_dry_run_prints_every_command_and_runs_nothing(tmp_path):
     assert len(commands) == 4 and all('max_step=1500' in c for c in commands)
     assert 'attention=alibi mem_len=8' in commands[-1].replace(f'{sys.executable} {TRAIN_XL} ', '')
     assert not (tmp_path / 'logs').exists()
+
+
+def test_a_point_whose_model_cannot_be_built_is_refused_before_the_first_run(tmp_path):
+    # train_xl's check_settings builds each point's configs and model (on the meta device) first: absolute_deeper
+    # needs n_head * d_head = d_model, which d_model=32 breaks; absolute, the first point, would train
+    settings = [s for s in TINY if not s.startswith('d_model=')] + ['d_model=32']
+    process = _sweep(tmp_path, TRAIN_XL, 'attention=absolute,absolute_deeper', *settings)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 2, err
+    assert 'n_head * d_head = 2 * 8 = 16 is not accepted with attn_type=3' in err and 'no run was started' in err
+    assert not (tmp_path / 'logs').exists()
