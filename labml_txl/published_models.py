@@ -24,8 +24,8 @@ import torch
 
 from .data import Corpus, Vocabulary, get_corpus
 from .data.files import DataFileFormatError
-from .data.published_vocabulary import load_authors_cache, load_file, vocabulary_from_hf_pickle
-from .data.safe_pickle import PickledObject
+from .data.published_vocabulary import load_authors_cache, vocabulary_from_hf_pickle
+from .data.safe_pickle import PickledObject, load_file
 from .errors import describe_choices
 from .presets import PRESETS
 
@@ -88,7 +88,7 @@ def vocabulary_path(pretrained: PathLike, vocab: Optional[PathLike]) -> Path:
 def read_vocabulary(path: PathLike):
     """`(vocabulary, cache)`: the vocabulary of Hugging Face's `vocab.pkl` (cache None) or of the authors' corpus
     cache, which is returned too (an `AuthorsCache`, with the encoded splits). A file that asks for code is a
-    `RefusedPickleError` naming it, a `ValueError` as the scripts' other errors of the user's files."""
+    `ForbiddenGlobalError` naming it (a `ValueError`, as the scripts' other errors of the user's files)."""
     content = load_file(path)
     if isinstance(content, PickledObject) and content.pickled_name == 'data_utils.Corpus':
         cache = load_authors_cache(path)

@@ -29,28 +29,13 @@ from typing import List, Mapping, Optional, Union
 import torch
 
 from labml_txl.data.files import DataFileFormatError
-from labml_txl.data.safe_pickle import ForbiddenGlobalError, NumpyArray, PickledObject
-from labml_txl.data.safe_pickle import load_file as _load_pickle
+from labml_txl.data.safe_pickle import NumpyArray, PickledObject, load_file
 from labml_txl.data.vocabulary import Vocabulary
 
 PathLike = Union[str, Path]
 
 # The class names of the authors' `Vocab`: PyTorch code (`utils/vocabulary.py`) and TensorFlow code (`vocabulary.py`)
 _AUTHORS_VOCAB = ('utils.vocabulary.Vocab', 'vocabulary.Vocab')
-
-
-class RefusedPickleError(ForbiddenGlobalError, ValueError):
-    """A vocabulary file that asks for code (`ForbiddenGlobalError`, naming the file and the global), which is also
-    a `ValueError`: a published model's vocabulary is a file the user gave, and the scripts print such errors as one
-    `error:` line (`cli.run_script`), where an `UnpicklingError` would be a traceback."""
-
-
-def load_file(path: PathLike):
-    """`safe_pickle.load_file`, with a refused global raised as `RefusedPickleError`."""
-    try:
-        return _load_pickle(path)
-    except ForbiddenGlobalError as e:
-        raise RefusedPickleError(e.module, e.name, source=e.source if e.source is not None else path) from None
 
 
 def _describe(value) -> str:
@@ -93,7 +78,7 @@ def vocabulary_from_state(state: Mapping, source: PathLike) -> Vocabulary:
         vocabulary = Vocabulary(symbols)
     except ValueError as e:
         raise DataFileFormatError(f"{source}: idx2sym cannot be a vocabulary: {e}") from None
-    index = {_text(s, f'a key of sym2idx', source): i for s, i in sym2idx.items()}
+    index = {_text(s, 'a key of sym2idx', source): i for s, i in sym2idx.items()}
     if index != vocabulary.index:
         for s in sorted(set(index) | set(vocabulary.index), key=lambda s: vocabulary.index.get(s, len(symbols))):
             if index.get(s) != vocabulary.index.get(s):
@@ -122,8 +107,8 @@ def vocabulary_from_hf_pickle(path: PathLike) -> Vocabulary:
     Args:
         path: the file; read without running any code it holds (`safe_pickle`)
 
-    Raises `RefusedPickleError` (a `ForbiddenGlobalError` and a `ValueError`) for a pickle that asks for anything
-    but data, `DataFileFormatError` for a file that is not such a vocabulary.
+    Raises `ForbiddenGlobalError` for a pickle that asks for anything but data, `DataFileFormatError` for a file
+    that is not such a vocabulary.
     """
     state = load_file(path)
     if isinstance(state, PickledObject) and state.pickled_name == 'data_utils.Corpus':
@@ -183,8 +168,8 @@ def load_authors_cache(path: PathLike) -> AuthorsCache:
     Args:
         path: the file; read without running any code it holds (`safe_pickle`)
 
-    Raises `RefusedPickleError` (a `ForbiddenGlobalError` and a `ValueError`) for a pickle that asks for anything
-    but data, `DataFileFormatError` for a file that is not such a cache.
+    Raises `ForbiddenGlobalError` for a pickle that asks for anything but data, `DataFileFormatError` for a file
+    that is not such a cache.
     """
     corpus = load_file(path)
     if not (isinstance(corpus, PickledObject) and corpus.pickled_name == 'data_utils.Corpus'):

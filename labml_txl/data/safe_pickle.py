@@ -49,8 +49,9 @@ import torch
 from labml_txl.data.files import DataFileFormatError, require_file
 
 
-class ForbiddenGlobalError(pickle.UnpicklingError):
-    """A pickle asked for a global (a class or function) that is not in `ACCEPTED_GLOBALS`.
+class ForbiddenGlobalError(pickle.UnpicklingError, ValueError):
+    """A pickle asked for a global (a class or function) that is not in `ACCEPTED_GLOBALS`. It is a `ValueError` too:
+    the file is the user's, and the scripts print such errors as one `error:` line (`cli.run_script`).
 
     Attributes:
         module: the module the pickle names
