@@ -162,21 +162,29 @@ def text_codec(vocabulary: Vocabulary, cache=None) -> Corpus:
     return Corpus(name, vocabulary, empty, empty, empty, level=_LEVELS.get(name, level_of(vocabulary)))
 
 
+# The corpus that comes with the package (`labml_txl.data.get_corpus` reads it without a path)
+BUNDLED_CORPUS = 'tiny_shakespeare'
+
+
 def evaluation_corpus(vocabulary: Vocabulary, cache, corpus_name: Optional[str] = None,
                       data_path: Optional[PathLike] = None) -> Corpus:
     """
     The text to score a model of `vocabulary` on, in its ids: `corpus_name` read from `data_path` and mapped into
-    the vocabulary (`in_vocabulary`), or without `data_path` the splits of the authors' `cache` (as they encoded
-    them). An error says what to give when neither is there.
+    the vocabulary (`in_vocabulary`; the bundled Tiny Shakespeare needs no `data_path`), or without `data_path` the
+    splits of the authors' `cache` (as they encoded them). An error says what to give when neither is there.
     """
     if data_path is not None:
         if corpus_name is None:
             raise ValueError("data_path is given without corpus_name: name the corpus of the files (e.g. "
                              "corpus_name=wt103)")
         return in_vocabulary(get_corpus(corpus_name, data_path), vocabulary)
+    if corpus_name == BUNDLED_CORPUS:
+        # The bundled corpus needs no files
+        return in_vocabulary(get_corpus(corpus_name), vocabulary)
     if cache is None:
-        raise ValueError("no text to evaluate on: give corpus_name=NAME data_path=PATH (the corpus' published files), "
-                         "or vocab=PATH of the authors' cache.pkl / cache.pt, which holds the encoded splits")
+        raise ValueError("no text to evaluate on: give corpus_name=NAME data_path=PATH (the corpus' published files; "
+                         f"corpus_name={BUNDLED_CORPUS} alone for the bundled one), or vocab=PATH of the authors' "
+                         "cache.pkl / cache.pt, which holds the encoded splits")
     if cache.test is None and cache.valid is None:
         raise DataFileFormatError("the authors' cache holds no validation or test split: give corpus_name and "
                                   "data_path")

@@ -144,3 +144,14 @@ def test_paper_settings_are_the_published_scripts():
         'lm1b': (32, 128, -1, True)}
     with pytest.raises(ValueError, match=r"corpus_name='ptb'.*'wt103', 'enwik8', 'text8' or 'lm1b'"):
         paper_settings('ptb')
+
+
+def test_the_bundled_corpus_needs_no_data_path():
+    # `eval_xl.py pretrained=F corpus_name=tiny_shakespeare` once answered "give corpus_name=NAME data_path=PATH"
+    from labml_txl.data import get_corpus
+    from labml_txl.published_models import evaluation_corpus
+    bundled = get_corpus('tiny_shakespeare')
+    corpus = evaluation_corpus(bundled.vocab, None, 'tiny_shakespeare')
+    assert corpus.name == 'tiny_shakespeare' and torch.equal(corpus.test, bundled.test)
+    with pytest.raises(ValueError, match=r"corpus_name=tiny_shakespeare alone for the bundled one"):
+        evaluation_corpus(bundled.vocab, None, 'wt2')
