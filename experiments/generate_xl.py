@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 import torch
 
 from labml_txl.cli import parse_overrides, run_script
-from labml_txl.generation import generate
+from labml_txl.generation import check_sampling, generate
 from labml_txl.published_models import read_vocabulary, text_codec, vocabulary_path
 from labml_txl.settings import Settings
 from labml_txl.train.runs import load_trained_run
@@ -32,6 +32,8 @@ def _sampling(settings: Dict[str, Any], pretrained: bool) -> Dict[str, Any]:
     given = read_settings(GenerateXLSettings, settings)
     if not pretrained and {'pretrained', 'vocab'} & set(settings):
         raise ValueError("vocab: only for a published model (pretrained=PATH); a run samples its own corpus")
+    # (before the model is loaded)
+    check_sampling(given.temperature, given.top_k, given.top_p)
     return {key: getattr(given, key) for key in SAMPLING}
 
 

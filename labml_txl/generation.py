@@ -17,6 +17,15 @@ from .xl import MemTransformerLM
 from .xl.mem_transformer import require_token_tensor
 
 
+def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
+    """A `ValueError` naming the first of `temperature`, `top_k` and `top_p` that is not accepted, and what is."""
+    if not temperature > 0:
+        raise ValueError(f"temperature={temperature!r} is not accepted: it must be above 0 (use top_k=1 for greedy)")
+    require_positive_int('top_k', top_k, allow_zero=True)
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p={top_p!r} is not accepted: it must be in (0, 1]")
+
+
 def filter_distribution(log_probs: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
                         top_p: float = 1.0) -> torch.Tensor:
     r"""
@@ -26,11 +35,7 @@ def filter_distribution(log_probs: torch.Tensor, temperature: float = 1.0, top_k
     Shape:
         `log_probs` `[..., n_token]`; returns the same shape.
     """
-    if not temperature > 0:
-        raise ValueError(f"temperature={temperature!r} is not accepted: it must be above 0 (use top_k=1 for greedy)")
-    require_positive_int('top_k', top_k, allow_zero=True)
-    if not 0 < top_p <= 1:
-        raise ValueError(f"top_p={top_p!r} is not accepted: it must be in (0, 1]")
+    check_sampling(temperature, top_k, top_p)
     # $(\log p(w) - \max_v \log p(v)) / T$: the same distribution as $\log p(w) / T$ (a softmax does not change
     # when every score moves by one number), and at a tiny $T$ the most likely token's score stays 0 where
     # $\log p(w) / T$ would be $-\infty$ for every token (no distribution at all); it tends to greedy decoding

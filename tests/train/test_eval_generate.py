@@ -137,3 +137,9 @@ def test_a_tiny_temperature_samples_the_most_likely_token(trained_run):
     cold = generate_xl.sample_run(run_uuid, {'prompt': 'ROMEO:', 'n_tokens': 20, 'temperature': 1e-40, 'top_p': 1.0})
     greedy = generate_xl.sample_run(run_uuid, {'prompt': 'ROMEO:', 'n_tokens': 20, 'top_k': 1, 'top_p': 1.0})
     assert cold == greedy
+
+
+def test_sampling_settings_are_checked_before_the_run_is_loaded():
+    # A wrong top_p is named even where the run does not exist: nothing is loaded before the settings are checked
+    with pytest.raises(ValueError, match=r"top_p=0.0 is not accepted"):
+        generate_xl.sample_run('no-such-run', {'top_p': 0.0})
