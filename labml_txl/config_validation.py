@@ -72,6 +72,22 @@ def chosen_option(configs: BaseConfigs, key: str) -> Any:
     return None
 
 
+def default_of(configs: BaseConfigs, key: str) -> Any:
+    """
+    The value item `key` takes when nothing overrides it: its class default, else its first option's name; `None`
+    where neither is there. A dotted key (`ffn.d_ff`) is the nested configs class's default.
+    """
+    head, _, rest = key.partition('.')
+    if rest:
+        nested = _nested_configs(configs, head)
+        return default_of(nested, rest) if nested is not None else None
+    default = configs._Configs__defaults.get(key)
+    options = configs._Configs__options.get(key)
+    if default is None and options:
+        return next(iter(options))
+    return default
+
+
 def _nested_configs(configs: BaseConfigs, key: str) -> Optional[BaseConfigs]:
     """A fresh instance of the configs class that `key` holds, to check nested keys against."""
     annotation = _items(configs).get(key)

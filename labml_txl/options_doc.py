@@ -17,7 +17,7 @@ from typing import List
 from labml.configs import BaseConfigs
 
 from . import configs as configs_module
-from .settings import describe_items
+from .settings import describe_items, first_doc_line, type_name
 from .train import configs as training_module
 from .train import script_settings
 
@@ -31,20 +31,11 @@ not edit. See [configs.md](configs.md) for how to override them; every script's 
 """
 
 
-def _type_name(annotation) -> str:
-    return getattr(annotation, '__name__', str(annotation))
-
-
-def _first_line(func) -> str:
-    doc = inspect.getdoc(func) or ''
-    return doc.splitlines()[0] if doc else ''
-
-
 def _value(value) -> str:
     if value is None:
         return '(no default)'
     if isinstance(value, BaseConfigs) or inspect.isclass(value):
-        return _type_name(value)
+        return type_name(value)
     return f'`{value!r}`'
 
 
@@ -67,7 +58,7 @@ def describe(configs_class: type) -> str:
                      f"{', '.join(f'`{n}`' for n in item.options)} |")
     for key, functions in options.items():
         lines += ['', f'### `{key}`', '']
-        lines += [f'- `{name}`: {_first_line(f.func)}' for name, f in functions.items()]
+        lines += [f'- `{name}`: {first_doc_line(f.func)}' for name, f in functions.items()]
     aggregate_values = conf._Configs__aggregates
     for key, names in aggregates.items():
         lines += ['', f'### `{key}` (sets several items at once)', '']

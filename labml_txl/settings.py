@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from labml.configs import BaseConfigs
 
-from .config_validation import accepted_options
+from .config_validation import accepted_options, default_of
 
 # An item in a class body: four spaces, a name, a colon (`n_layer: int = 12`)
 _ITEM = re.compile(r'^    (\w+)\s*:')
@@ -48,13 +48,15 @@ def item_docs(configs_class: type) -> Dict[str, str]:
     return docs
 
 
-def _type_name(annotation) -> str:
+def type_name(annotation) -> str:
+    """`int` for `int`, `Optional[int]` for `typing.Optional[int]`."""
     if isinstance(annotation, type):
         return annotation.__name__
     return str(annotation).replace('typing.', '')
 
 
-def _first_doc_line(func) -> str:
+def first_doc_line(func) -> str:
+    """The first line of `func`'s docstring, or `''`."""
     doc = inspect.getdoc(func) or ''
     return doc.splitlines()[0] if doc else ''
 
@@ -73,16 +75,14 @@ class Setting:
 def _default_text(conf: BaseConfigs, key: str, script_default: Any) -> str:
     if script_default is not _MISSING:
         return repr(script_default)
-    default = conf._Configs__defaults.get(key)
+    default = default_of(conf, key)
     options = conf._Configs__options.get(key, {})
-    if default is None and options:
-        default = next(iter(options))
     if default is None or (isinstance(default, str) and default.startswith('_')):
         return 'computed' if options else 'None'
     if isinstance(default, str) and default in options:
         return default
     if isinstance(default, BaseConfigs) or inspect.isclass(default):
-        return _type_name(default)
+        return type_name(default)
     return repr(default)
 
 
@@ -104,10 +104,10 @@ def describe_items(configs_class: type, script_defaults: Optional[Dict[str, Any]
             continue
         doc = docs.get(key, '')
         if not doc and key in options:
-            doc = _first_doc_line(next(iter(options[key].values())).func)
+            doc = first_doc_line(next(iter(options[key].values())).func)
         # (options named `_like_this` are how an item is computed, not names to choose)
         names = [name for name in accepted_options(conf, key) if not name.startswith('_')]
-        settings.append(Setting(prefix + key, _type_name(annotation),
+        settings.append(Setting(prefix + key, type_name(annotation),
                                 _default_text(conf, key, script_defaults.get(prefix + key, _MISSING)),
                                 doc, names))
     return settings

@@ -29,7 +29,7 @@ from ..errors import closest
 from ..runs.plots import plot_runs
 from ..runs.records import RunRecord, load_runs
 from ..runs.tables import comparison_table
-from ..train.run_start import SWEEP_ENV
+from ..train.run_start import SWEEP_ENV, describe_overrides
 from ..train.runs import use_working_directory_project
 
 
@@ -60,13 +60,17 @@ def load_script(script: Path):
     return module
 
 
-def check_points(script: Path, points: List[Dict[str, Any]]) -> None:
+def check_points(script: Path, module, points: List[Dict[str, Any]]) -> None:
     """
     Every point's keys, option names and value types, before the first run starts: a `SweepError` naming the first
     wrong one, with the closest setting. A script with a `check_settings(settings)` (`train_xl.py`: the checks its
     training makes before its first step, the model built on the meta device) has every point checked by it too.
+
+    Args:
+        script: the script's path, for the messages.
+        module: the script imported (`load_script`).
+        points: the settings of each run.
     """
-    module = load_script(script)
     settings = module.SETTINGS
     keys = settings.keys()
     for point in points:
@@ -81,17 +85,13 @@ def check_points(script: Path, points: List[Dict[str, Any]]) -> None:
                 try:
                     check_override(settings.configs(), key, value)
                 except (LookupError, ValueError, TypeError) as error:
-                    raise SweepError(f"{error} (in the sweep's point {describe_point(point)})") from error
+                    raise SweepError(f"{error} (in the sweep's point {describe_overrides(point)})") from error
     check = getattr(module, 'check_settings', None)
     for point in points if check is not None else []:
         try:
             check(point)
         except (LookupError, ValueError, TypeError) as error:
-            raise SweepError(f"{error} (in the sweep's point {describe_point(point)}: no run was started)") from error
-
-
-def describe_point(point: Dict[str, Any]) -> str:
-    return ' '.join(f'{k}={v}' for k, v in point.items())
+            raise SweepError(f"{error} (in the sweep's point {describe_overrides(point)}: no run was started)") from error
 
 
 def sweep_id(script: Path, points: List[Dict[str, Any]]) -> str:
@@ -167,16 +167,16 @@ def run_planned(script: Path, planned: List[PlannedRun], sweep: str) -> List[str
         todo = [p for p in planned if p.action != 'done']
         for index, run in enumerate(todo, 1):
             command = run.command(script)
-            print(f'\n[sweep {sweep}] run {index} of {len(todo)} ({run.action}): {describe_point(run.point)}',
+            print(f'\n[sweep {sweep}] run {index} of {len(todo)} ({run.action}): {describe_overrides(run.point)}',
                   flush=True)
             process = subprocess.Popen(command, env={**os.environ, SWEEP_ENV: sweep})
             code = process.wait()
             process = None
             if stopped:
-                raise SweepInterrupted(f'sweep {sweep} stopped during {describe_point(run.point)}; start it again '
+                raise SweepInterrupted(f'sweep {sweep} stopped during {describe_overrides(run.point)}; start it again '
                                        f'with the same arguments to continue', 128 + stopped[0])
             if code != 0:
-                failures.append(f'{describe_point(run.point)}: exit code {code}')
+                failures.append(f'{describe_overrides(run.point)}: exit code {code}')
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -211,8 +211,9 @@ def run_sweep(script: Path, points: List[Dict[str, Any]], metric: str = 'loss.va
     Errors are printed as `error: ...` with exit code 2; an interruption with 128 + the signal's number.
     """
     try:
-        check_points(script, points)
-        resumable = 'resume' in load_script(script).SETTINGS.keys()
+        module = load_script(script)
+        check_points(script, module, points)
+        resumable = 'resume' in module.SETTINGS.keys()
         use_working_directory_project()
         project = Path(lab.get_path())
         sweep = sweep_id(script, points)

@@ -23,31 +23,12 @@ from labml.configs import BaseConfigs
 from labml.internal.experiment import experiment_singleton
 from labml.internal.tracker import tracker_singleton
 
+from ..config_validation import default_of
 from .metrics_file import METRICS_FILE, MetricsFileWriter
 from .runs import use_working_directory_project
 
 # Set by `labml_txl.sweep` for the runs it starts
 SWEEP_ENV = 'LABML_TXL_SWEEP'
-
-
-def _default_of(conf: BaseConfigs, key: str) -> Any:
-    """The value an item takes when not overridden: its class default, else its first option's name."""
-    defaults = conf._Configs__defaults
-    if key in defaults and defaults[key] is not None:
-        return defaults[key]
-    options = conf._Configs__options.get(key)
-    return next(iter(options)) if options else None
-
-
-def _default_of_dotted(conf: BaseConfigs, key: str) -> Any:
-    """`_default_of` for `a.b.c`: the nested configs' class default (nested items are computed options)."""
-    head, _, rest = key.partition('.')
-    if not rest:
-        return _default_of(conf, head)
-    nested_class = conf._Configs__types.get(head)
-    if isinstance(nested_class, type) and issubclass(nested_class, BaseConfigs):
-        return _default_of_dotted(nested_class(), rest)
-    return None
 
 
 def differing_overrides(conf: BaseConfigs, overrides: Dict[str, Any],
@@ -56,7 +37,7 @@ def differing_overrides(conf: BaseConfigs, overrides: Dict[str, Any],
     the order given."""
     script_defaults = script_defaults or {}
     return {key: value for key, value in overrides.items()
-            if value != (script_defaults[key] if key in script_defaults else _default_of_dotted(conf, key))}
+            if value != (script_defaults[key] if key in script_defaults else default_of(conf, key))}
 
 
 def describe_overrides(overrides: Dict[str, Any]) -> str:
@@ -123,9 +104,9 @@ def script_path(file: str) -> str:
 
 
 def _python() -> str:
-    """The interpreter as a user would type it: relative to the working directory where it lies below it."""
-    executable = Path(sys.executable)
-    return str(executable.relative_to(Path.cwd())) if executable.is_relative_to(Path.cwd()) else 'python'
+    """The interpreter as a user would type it: as `script_path`, or `python` where it lies elsewhere."""
+    typed = script_path(sys.executable)
+    return typed if not Path(typed).is_absolute() else 'python'
 
 
 def next_commands(run_uuid: str, run_path: Path, script: str, resumable: bool = True) -> List[str]:
