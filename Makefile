@@ -51,14 +51,11 @@ test: $(STAMP)
 
 # The numerically sensitive tests (comparisons between implementations, kernels, fast paths, reference vectors),
 # run again by `make test-avx2` on the vector paths of an AVX2 machine: ATen's dispatch, oneDNN's ISA and our kernels'
-# -march all limited to AVX2 (tests/test_cpu_isa.py checks that each took effect; MKL takes its AVX2 path on AMD
+# -march all limited to AVX2 (tests/fast/test_cpu_isa.py checks that each took effect; MKL takes its AVX2 path on AMD
 # CPUs either way). On an AVX-512 machine this runs other kernels and other orders of addition, so a tolerance that
 # holds only for one CPU fails here, not on a newcomer's machine. Torch's compiled-code cache is kept apart, since
 # its key ignores ATEN_CPU_CAPABILITY.
-NUMERICS_TESTS := tests/test_cpu_isa.py tests/test_native_*.py tests/test_fast_paths.py tests/test_dispatch.py \
-	tests/test_prepacked_linear.py tests/test_dropout.py tests/test_mha.py tests/test_rotary.py tests/test_alibi.py \
-	tests/test_t5_bias.py tests/test_norms.py tests/test_interop.py tests/test_labml_nn_interop.py \
-	tests/test_models.py tests/test_generation.py tests/xl
+NUMERICS_TESTS := tests/fast tests/attention tests/positions tests/transformer tests/xl
 AVX2 := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 LABML_TXL_NATIVE_ARCH=x86-64-v3 \
 	TORCHINDUCTOR_CACHE_DIR=$${TMPDIR:-/tmp}/labml_txl_inductor_avx2
 

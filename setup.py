@@ -12,8 +12,8 @@ setuptools.setup(
     long_description=README.read_text(encoding='utf-8') if README.exists() else '',
     long_description_content_type='text/markdown',
     packages=setuptools.find_packages(include=['labml_txl', 'labml_txl.*']),
-    # The C++ kernels are compiled on first use (`labml_txl/native/build.py`), so they ship as sources
-    package_data={'labml_txl': ['data/*.gz', 'native/*.cpp']},
+    # The C++ kernels are compiled on first use (`labml_txl/fast/native/build.py`), so they ship as sources
+    package_data={'labml_txl': ['data/*.gz', 'fast/native/*.cpp']},
     python_requires='>=3.9',
     # torch 2.13.0 satisfies this range, so a machine that has it installs no other build. ninja builds the C++
     # kernels (with the machine's C++ compiler); without either, PyTorch's paths run instead.
@@ -30,7 +30,7 @@ setuptools.setup(
         # The independent implementations the tests and the benchmark compare against: Hugging Face's TransfoXL
         # (4.44.2 is the last release that ships it, deprecated; its tokenizer needs sacremoses) and x-transformers
         'peers': ['transformers==4.44.2', 'sacremoses>=0.1', 'x-transformers>=2.0'],
-        # Reading the authors' TensorFlow checkpoints (`labml_txl/xl/tf_checkpoint.py`); 2.18 is the first
+        # Reading the authors' TensorFlow checkpoints (`labml_txl/xl/formats/tf_checkpoint.py`); 2.18 is the first
         # TensorFlow for numpy 2. `make test` installs the versions of requirements/tf.lock
         'tf': ['tensorflow-cpu>=2.18; platform_system == "Linux"', 'tensorflow>=2.18; platform_system != "Linux"'],
     },

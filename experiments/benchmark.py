@@ -13,18 +13,18 @@ per round, the order rotated every round), so a load that comes and goes slows a
   and the peers of `benchmark_peers.py`: Hugging Face's TransfoXL holding the same weights (its log-probabilities
   checked equal to ours before any timing) and x-transformers of the same size with XL memories (not the same
   attention: T5's bucketed bias instead of Transformer-XL's position terms, so only its speed compares);
-* batch-1 greedy generation tokens/s of the fast path (`labml_txl.generation.generate`, `top_k=1`) against the two
+* batch-1 greedy generation tokens/s of the fast path (`labml_txl.xl.generation.generate`, `top_k=1`) against the two
   peers (their `step_log_probs` with memories): a prompt of `gen_context` tokens, then `gen_tokens` tokens, each
   seeing the last `gen_context` positions; the time of the whole call (prompt included) over `gen_tokens`;
 * issue 17's targets for the ratios over the peers, and whether this run meets them;
 * training and evaluation tokens/s of the fast path against itself without our C++ kernels
-  (`labml_txl.native.disabled()`: PyTorch's attention (in evaluation SDPA with the position terms as its bias),
+  (`labml_txl.fast.native.disabled()`: PyTorch's attention (in evaluation SDPA with the position terms as its bias),
   PyTorch's dropout masks, residual additions and layer norms);
 * the tokens/s of the products of a fast evaluation segment alone (`products_runner`), which bounds what any
   evaluation with those products can reach on the machine;
 * the achieved matmul FLOP/s of a training step (FLOPs counted analytically, backward = 2x forward) as a
   fraction of the machine's float32 GEMM peak, measured in the same rounds through the fastest path PyTorch has
-  on the CPU (oneDNN's linear with a prepacked weight, `labml_txl.prepacked_linear`) and through `torch.mm`
+  on the CPU (oneDNN's linear with a prepacked weight, `labml_txl.fast.prepacked_linear`) and through `torch.mm`
   (MKL's sgemm on the CPU, cuBLAS on CUDA);
 * the products of a one-token step with 1 to 32 rows (batched generation's sequences) by our few-rows kernel against
   oneDNN's prepacked product and `F.linear`, which back the most rows the dispatcher gives the kernel (`MOST_ROWS`);
@@ -61,11 +61,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchmark_peers import HuggingFaceXL, XTransformersXL, check_same_outputs  # noqa: E402
-from labml_txl import dispatch, native, prepacked_linear  # noqa: E402
-from labml_txl.attention_mask import decoder_causal_mask  # noqa: E402
-from labml_txl.dispatch import Plan, RelativeTerms  # noqa: E402
-from labml_txl.generation import generate  # noqa: E402
-from labml_txl.native import few_rows_linear as native_few_rows  # noqa: E402
+from labml_txl.fast import dispatch, native, prepacked_linear  # noqa: E402
+from labml_txl.attention.masks import decoder_causal_mask  # noqa: E402
+from labml_txl.fast.dispatch import Plan, RelativeTerms  # noqa: E402
+from labml_txl.xl.generation import generate  # noqa: E402
+from labml_txl.fast.native import few_rows_linear as native_few_rows  # noqa: E402
 from labml_txl.train.configs import fused_adam  # noqa: E402
 from labml_txl.xl import MemTransformerLM  # noqa: E402
 
@@ -235,7 +235,7 @@ def matmul_runner(n: int, device: str = 'cpu') -> Callable[[], None]:
 
 def onednn_gemm_runner(n: int) -> Callable[[], None]:
     """A float32 `n x n x n` product through oneDNN's linear with the weight prepacked once
-    (`labml_txl.prepacked_linear`, what the fast path's evaluation runs): the fastest float32 GEMM PyTorch has on
+    (`labml_txl.fast.prepacked_linear`, what the fast path's evaluation runs): the fastest float32 GEMM PyTorch has on
     the CPU, the machine's peak for this benchmark."""
     x, weight = torch.randn(n, n), torch.randn(n, n)
     return lambda: prepacked_linear.prepacked_linear(x, weight)
@@ -287,7 +287,7 @@ WITHOUT_KERNELS = 'fast without our kernels'
 
 
 def without_native_kernels(model: nn.Module) -> Callable:
-    """`model`'s call with `labml_txl.native`'s kernels disabled."""
+    """`model`'s call with `labml_txl.fast.native`'s kernels disabled."""
     def call(*args):
         with native.disabled():
             return model(*args)
@@ -423,7 +423,7 @@ def measure_generation(cfg: BenchConfig, peers: bool = True, device: str = 'cpu'
     """
     Tokens/s of batch-1 greedy generation, `{contender: {'generate': tokens/s}}`: a prompt of `gen_context` tokens,
     then `gen_tokens` tokens, each seeing the last `gen_context` positions (the memory). The fast path through
-    `labml_txl.generation.generate` with `top_k=1`, each peer through `greedy_tokens` with its memory set to
+    `labml_txl.xl.generation.generate` with `top_k=1`, each peer through `greedy_tokens` with its memory set to
     `gen_context`. A call is the whole generation, prompt included; the rate is `gen_tokens` over its time. Hugging
     Face's TransfoXL holds our weights, so its tokens should be ours: `notes` (if given) says in how many it agrees.
     """

@@ -16,12 +16,12 @@ from labml import monit, tracker
 from labml.configs import option
 from torch import nn
 
-from labml_txl.attention_mask import subsequent_mask
+from labml_txl.attention.masks import subsequent_mask
 from labml_txl.cli import parse_overrides, run_script
-from labml_txl.config_validation import ValidatedConfigs
+from labml_txl.configs.validation import ValidatedConfigs
 from labml_txl.configs import TransformerConfigs
 from labml_txl.data import load_tiny_shakespeare
-from labml_txl.settings import Settings
+from labml_txl.configs.settings import Settings
 from labml_txl.train.run_start import create_run, next_commands, script_path, started_run
 
 

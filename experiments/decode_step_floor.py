@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchmark import FULL, QUICK, BenchConfig, format_table, interleaved, make_xl  # noqa: E402
-from labml_txl import dispatch  # noqa: E402
-from labml_txl.native import few_rows_linear as native_few_rows  # noqa: E402
+from labml_txl.fast import dispatch  # noqa: E402
+from labml_txl.fast.native import few_rows_linear as native_few_rows  # noqa: E402
 from labml_txl.xl import MemTransformerLM  # noqa: E402
 
 

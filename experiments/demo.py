@@ -15,10 +15,10 @@ from typing import List
 
 from labml import lab
 
-from labml_txl import native
+from labml_txl.fast import native
 from labml_txl.cli import parse_overrides, run_script
 from labml_txl.dashboard import DEFAULT_PORT, check_port, run_url, start_in_background
-from labml_txl.settings import Settings
+from labml_txl.configs.settings import Settings
 from labml_txl.train.configs import TrainXLConfigs
 from labml_txl.train.runs import use_working_directory_project
 

@@ -22,8 +22,8 @@ import sys
 from typing import Any, Dict, List
 
 from labml_txl.cli import parse_overrides, run_script
-from labml_txl.published_models import evaluation_corpus, paper_settings, read_vocabulary, vocabulary_path
-from labml_txl.settings import Settings
+from labml_txl.xl.formats.published import evaluation_corpus, paper_settings, read_vocabulary, vocabulary_path
+from labml_txl.configs.settings import Settings
 from labml_txl.train.runs import find_run, load_overrides, load_trained_run
 from labml_txl.train.script_settings import EvalXLSettings, read_settings
 from labml_txl.train.trainer import mean_loss_over_stream, quality

@@ -15,9 +15,9 @@ from typing import Any, Dict, List
 import torch
 
 from labml_txl.cli import parse_overrides, run_script
-from labml_txl.generation import check_sampling, generate
-from labml_txl.published_models import read_vocabulary, text_codec, vocabulary_path
-from labml_txl.settings import Settings
+from labml_txl.xl.generation import check_sampling, generate
+from labml_txl.xl.formats.published import read_vocabulary, text_codec, vocabulary_path
+from labml_txl.configs.settings import Settings
 from labml_txl.train.runs import load_trained_run
 from labml_txl.train.script_settings import GenerateXLSettings, read_settings
 from labml_txl.xl import MemTransformerLM

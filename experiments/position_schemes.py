@@ -34,7 +34,7 @@ from labml_txl.cli import parse_overrides, run_script
 from labml_txl.dashboard import DEFAULT_PORT, check_port
 from labml_txl.errors import describe_choices
 from labml_txl.runs.records import RunRecord
-from labml_txl.settings import Settings
+from labml_txl.configs.settings import Settings
 from labml_txl.sweep import run_sweep
 from labml_txl.train.configs import TrainXLConfigs
 from labml_txl.train.runs import load_trained_run

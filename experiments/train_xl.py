@@ -22,7 +22,7 @@ from labml import experiment, logger
 from labml.internal.experiment import experiment_singleton
 
 from labml_txl.cli import parse_overrides, run_script
-from labml_txl.settings import Settings
+from labml_txl.configs.settings import Settings
 from labml_txl.train.configs import TrainXLConfigs, check_training_configs, device_of_name
 from labml_txl.train.distributed import run_in_environment
 from labml_txl.train.interruption import TrainingInterrupted

@@ -16,7 +16,7 @@ import sys
 from typing import Any, Callable, Dict, List, Optional
 
 from .errors import closest
-from .settings import Settings
+from .configs.settings import Settings
 
 BOOLEAN_WORDS = {'true': True, 'yes': True, 'false': False, 'no': False}
 
@@ -67,7 +67,7 @@ def run_script(action: Callable[[List[str]], Any], argv: List[str], usage: str, 
     resume and exits 128 + the signal's number; a Ctrl-C elsewhere exits 130 with one line. An `action` that
     returns an int returns it as the exit code.
     """
-    from .config_validation import ConfigTypeError
+    from .configs.validation import ConfigTypeError
     from .train.checkpoint import CheckpointError
     from .train.interruption import TrainingInterrupted
     from .train.trainer import TrainingDiverged

@@ -29,7 +29,7 @@ labml that still keeps models itself (0.4), the four experiment calls stay labml
 import labml.experiment
 import labml.tracker
 
-from labml_txl.train import run_models, tracker_text_and_debug
+from .train import run_models, tracker_text_and_debug
 
 _EXPERIMENT_CALLS = ('add_pytorch_models', 'save_checkpoint', 'load')
 

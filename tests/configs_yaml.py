@@ -1,8 +1,8 @@
-"""What `labml_txl.config_validation.resolved` says of a configs object, against the `configs.yaml` labml wrote for
-it (`tests/test_configs.py` for configs made in a test, `tests/runs/test_runs_records.py` for a trained run)."""
+"""What `labml_txl.configs.validation.resolved` says of a configs object, against the `configs.yaml` labml wrote for
+it (`tests/configs/test_configs.py` for configs made in a test, `tests/runs/test_runs_records.py` for a trained run)."""
 from typing import Any, Dict
 
-from labml_txl.config_validation import ResolvedItem
+from labml_txl.configs.validation import ResolvedItem
 
 
 def assert_matches_configs_yaml(items: Dict[str, ResolvedItem], written: Dict[str, Any]) -> None:

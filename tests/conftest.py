@@ -60,7 +60,7 @@ def _cpu_model() -> str:
 
 def pytest_report_header(config):
     """Which vector paths this run takes: the same suite runs a second time with AVX2's (`make test-avx2`)."""
-    from labml_txl.native import build
+    from labml_txl.fast.native import build
     onednn = os.environ.get('ONEDNN_MAX_CPU_ISA', 'unlimited')
     return [f'cpu: {_cpu_model()}; ATen kernels: {torch.backends.cpu.get_cpu_capability()}; oneDNN max ISA: '
             f'{onednn}; our kernels: -march={build.target_arch()}']
@@ -142,7 +142,7 @@ def hf_in_float64(hf_on_current_torch, monkeypatch):
 @pytest.fixture
 def count_kernel_calls(monkeypatch):
     """`count_kernel_calls(wrapper, function, record)`: the list of `record(*args)` for every call of the compiled
-    kernel's `function` that `wrapper` (a module of `labml_txl.native`) reaches through its `checked_kernel`; the
+    kernel's `function` that `wrapper` (a module of `labml_txl.fast.native`) reaches through its `checked_kernel`; the
     kernel still runs."""
     def wrap(wrapper, function, record):
         calls = []

@@ -3,8 +3,8 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-from labml_txl import dispatch
-from labml_txl.dispatch import Plan
+from labml_txl.fast import dispatch
+from labml_txl.fast.dispatch import Plan
 
 
 def one_choice(operation: str, call: Callable[[], torch.Tensor]) -> Tuple[torch.Tensor, dispatch.Choice]:

@@ -155,7 +155,7 @@ def test_labml_nn_autoregressive_experiment_saves_and_its_sampler_loads_the_mode
     loading_run = _run(LOAD, tmp_path, trained_run['uuid'])
     loaded = safetensors.torch.load_file(tmp_path / 'loaded.safetensors')
     assert loaded.keys() == trained.keys() and all(torch.equal(loaded[k], trained[k]) for k in trained)
-    assert loading_run == {'step': trained_run['step'], 'encoder': 'labml_txl.models'}
+    assert loading_run == {'step': trained_run['step'], 'encoder': 'labml_txl.transformer.models'}
 
 
 def test_labml_nns_gmlp_experiment_trains_its_block_through_our_configs(tmp_path):
@@ -166,7 +166,7 @@ def test_labml_nns_gmlp_experiment_trains_its_block_through_our_configs(tmp_path
     n_train_sequences = (int(0.9 * 3000) - 1) // 32
 
     run = _run(GMLP, tmp_path)
-    assert run == {'encoder': 'labml_txl.models', 'layers': ['GMLPBlock'], 'final_norm': 'LayerNorm',
+    assert run == {'encoder': 'labml_txl.transformer.models', 'layers': ['GMLPBlock'], 'final_norm': 'LayerNorm',
                    'step': n_train_sequences * 32, 'trained': True, 'finite': True}
 
 

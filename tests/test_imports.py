@@ -10,19 +10,19 @@ import torch.optim.optimizer as optimizer
 import labml.experiment, labml.tracker
 hooks = len(optimizer._global_optimizer_post_hooks)
 labml_names = (dict(vars(labml.experiment)), dict(vars(labml.tracker)))
-import labml_txl, labml_txl.configs, labml_txl.xl, labml_txl.train.trainer, labml_txl.native
-import labml_txl.dispatch, labml_txl.attention_heads, labml_txl.relative_attention, labml_txl.attention_mask
-import labml_txl.positional_encoding, labml_txl.mha, labml_txl.relative_mha, labml_txl.dropout
-import labml_txl.prepacked_linear, labml_txl.train.run_models, labml_txl.train.tracker_text_and_debug
-import labml_txl.xl.tf_checkpoint, labml_txl.published_models
+import labml_txl, labml_txl.configs, labml_txl.xl, labml_txl.train.trainer, labml_txl.fast.native
+import labml_txl.fast.dispatch, labml_txl.attention.composite, labml_txl.attention.reference, labml_txl.attention.masks
+import labml_txl.positions.encoding, labml_txl.transformer.mha, labml_txl.positions.relative, labml_txl.fast.dropout
+import labml_txl.fast.prepacked_linear, labml_txl.train.run_models, labml_txl.train.tracker_text_and_debug
+import labml_txl.xl.formats.tf_checkpoint, labml_txl.xl.formats.published
 assert 'labml_txl.compat' not in sys.modules, 'labml_txl.compat was imported'
 assert (dict(vars(labml.experiment)), dict(vars(labml.tracker))) == labml_names, 'labml was changed'
 assert 'tensorflow' not in sys.modules, 'TensorFlow was imported (only reading a checkpoint may import it)'
 assert len(optimizer._global_optimizer_post_hooks) == hooks, 'an optimizer hook was registered at import'
 assert 'torch.utils.cpp_extension' not in sys.modules, 'the extension builder was imported'
-from labml_txl.native import build
+from labml_txl.fast.native import build
 assert not build._loaded and not build._checked, 'a kernel was loaded at import'
-assert labml_txl.prepacked_linear._available is None, "oneDNN's ops were checked at import"
+assert labml_txl.fast.prepacked_linear._available is None, "oneDNN's ops were checked at import"
 print('clean')
 '''
 

@@ -12,22 +12,22 @@ for data, target, seq_len in corpus.get_iterator('train', bsz=22, bptt=512):
     ...
 ```
 """
-from labml_txl.data.corpora import CORPORA, get_corpus
-from labml_txl.data.corpus import Corpus
-from labml_txl.data.enwik8 import load_enwik8
-from labml_txl.data.files import DataFileFormatError, EmptyDataFileError, MissingDataFileError
-from labml_txl.data.lm1b import load_lm1b
-from labml_txl.data.ordered_iterator import LMOrderedIterator
-from labml_txl.data.ptb import load_ptb
-from labml_txl.data.published_vocabulary import AuthorsCache, load_authors_cache, vocabulary_from_authors_cache, \
+from .corpora import CORPORA, get_corpus
+from .corpus import Corpus
+from .enwik8 import load_enwik8
+from .files import DataFileFormatError, EmptyDataFileError, MissingDataFileError
+from .lm1b import load_lm1b
+from .ordered_iterator import LMOrderedIterator
+from .ptb import load_ptb
+from .published_vocabulary import AuthorsCache, load_authors_cache, vocabulary_from_authors_cache, \
     vocabulary_from_hf_pickle
-from labml_txl.data.safe_pickle import ForbiddenGlobalError
-from labml_txl.data.shuffled_iterator import LMMultiFileIterator, LMShuffledIterator
-from labml_txl.data.text8 import load_text8
-from labml_txl.data.tiny_shakespeare import TINY_SHAKESPEARE_PATH, load_tiny_shakespeare, \
+from .safe_pickle import ForbiddenGlobalError
+from .shuffled_iterator import LMMultiFileIterator, LMShuffledIterator
+from .text8 import load_text8
+from .tiny_shakespeare import TINY_SHAKESPEARE_PATH, load_tiny_shakespeare, \
     load_tiny_shakespeare_corpus
-from labml_txl.data.vocabulary import Vocabulary
-from labml_txl.data.wikitext import load_wikitext, load_wt103, load_wt2
+from .vocabulary import Vocabulary
+from .wikitext import load_wikitext, load_wt103, load_wt2
 
 __all__ = [
     'CORPORA', 'get_corpus', 'Corpus', 'Vocabulary',

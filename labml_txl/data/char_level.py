@@ -12,7 +12,7 @@ from typing import Callable, List, Sequence, Tuple
 
 import torch
 
-from labml_txl.data.vocabulary import Vocabulary
+from .vocabulary import Vocabulary
 
 _CHUNK = 1 << 22
 

@@ -11,14 +11,14 @@ import inspect
 from pathlib import Path
 from typing import Callable, Dict, Optional, Union
 
-from labml_txl.data.corpus import Corpus
-from labml_txl.data.enwik8 import load_enwik8
-from labml_txl.data.lm1b import load_lm1b
-from labml_txl.data.ptb import load_ptb
-from labml_txl.data.text8 import load_text8
-from labml_txl.data.tiny_shakespeare import load_tiny_shakespeare_corpus
-from labml_txl.data.wikitext import load_wt103, load_wt2, load_wikitext
-from labml_txl.errors import describe_choices
+from .corpus import Corpus
+from .enwik8 import load_enwik8
+from .lm1b import load_lm1b
+from .ptb import load_ptb
+from .text8 import load_text8
+from .tiny_shakespeare import load_tiny_shakespeare_corpus
+from .wikitext import load_wt103, load_wt2, load_wikitext
+from ..errors import describe_choices
 
 # The loader of each corpus name
 CORPORA: Dict[str, Callable[..., Corpus]] = {

@@ -14,11 +14,11 @@ from typing import List, Sequence, Union
 
 import torch
 
-from labml_txl.data.cache import compact
-from labml_txl.data.ordered_iterator import LMOrderedIterator
-from labml_txl.data.shuffled_iterator import LMMultiFileIterator, LMShuffledIterator
-from labml_txl.data.vocabulary import Vocabulary
-from labml_txl.errors import describe_choices
+from .cache import compact
+from .ordered_iterator import LMOrderedIterator
+from .shuffled_iterator import LMMultiFileIterator, LMShuffledIterator
+from .vocabulary import Vocabulary
+from ..errors import describe_choices
 
 SPLITS = ('train', 'valid', 'test')
 LEVELS = ('byte', 'char', 'word')

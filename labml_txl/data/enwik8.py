@@ -14,12 +14,12 @@ break and its tokenizer strips line ends), so bits-per-character compare with pu
 from pathlib import Path
 from typing import Optional, Union
 
-from labml_txl.data import tokenization
-from labml_txl.data.cache import cached
-from labml_txl.data.char_level import build_code_vocabulary, encode_codes
-from labml_txl.data.corpus import Corpus
-from labml_txl.data.files import find_file, read_bytes, read_zip_member, require_file
-from labml_txl.data.splits import split_sizes
+from . import tokenization
+from .cache import cached
+from .char_level import build_code_vocabulary, encode_codes
+from .corpus import Corpus
+from .files import find_file, read_bytes, read_zip_member, require_file
+from .splits import split_sizes
 
 PathLike = Union[str, Path]
 

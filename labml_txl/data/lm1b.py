@@ -23,12 +23,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional, Union
 
-from labml_txl.data.cache import cached
-from labml_txl.data.corpus import Corpus
-from labml_txl.data.files import MissingDataFileError, folder_listing, find_file, require_file
-from labml_txl.data.tokenization import SENTENCE_BOUNDARY
-from labml_txl.data.vocabulary import Vocabulary
-from labml_txl.data.word_files import count_file, encode_file
+from .cache import cached
+from .corpus import Corpus
+from .files import MissingDataFileError, folder_listing, find_file, require_file
+from .tokenization import SENTENCE_BOUNDARY
+from .vocabulary import Vocabulary
+from .word_files import count_file, encode_file
 
 PathLike = Union[str, Path]
 

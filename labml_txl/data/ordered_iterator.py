@@ -23,7 +23,7 @@ from typing import Iterator, Optional, Tuple, Union
 
 import torch
 
-from labml_txl.errors import require_positive_int
+from ..errors import require_positive_int
 
 Batch = Tuple[torch.Tensor, torch.Tensor, int]
 

@@ -11,9 +11,9 @@ then the words by count over the three files.
 from pathlib import Path
 from typing import Optional, Union
 
-from labml_txl.data.corpus import Corpus
-from labml_txl.data.files import find_file
-from labml_txl.data.word_level import word_corpus
+from .corpus import Corpus
+from .files import find_file
+from .word_level import word_corpus
 
 PathLike = Union[str, Path]
 

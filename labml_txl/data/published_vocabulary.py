@@ -28,9 +28,9 @@ from typing import List, Mapping, Optional, Union
 
 import torch
 
-from labml_txl.data.files import DataFileFormatError
-from labml_txl.data.safe_pickle import NumpyArray, PickledObject, load_file
-from labml_txl.data.vocabulary import Vocabulary
+from .files import DataFileFormatError
+from .safe_pickle import NumpyArray, PickledObject, load_file
+from .vocabulary import Vocabulary
 
 PathLike = Union[str, Path]
 

@@ -32,7 +32,7 @@ process-wide allow-list (`torch.serialization.add_safe_globals`); one table here
 archive, which `torch.load` would hand to `torch.jit.load`, is refused before torch sees it.
 
 ```python
-from labml_txl.data.safe_pickle import load_file
+from .safe_pickle import load_file
 state = load_file('vocab.pkl')      # dict, list, Counter, PickledObject, tensors: data only
 ```
 """
@@ -46,7 +46,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 
-from labml_txl.data.files import DataFileFormatError, require_file
+from .files import DataFileFormatError, require_file
 
 
 class ForbiddenGlobalError(pickle.UnpicklingError, ValueError):

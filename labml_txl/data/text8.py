@@ -13,13 +13,13 @@ token ids match its checkpoints; the space symbol is `' '` here (the original's 
 from pathlib import Path
 from typing import Optional, Union
 
-from labml_txl.data import tokenization
-from labml_txl.data.cache import cached
-from labml_txl.data.char_level import build_code_vocabulary, encode_codes
-from labml_txl.data.corpus import Corpus
-from labml_txl.data.enwik8 import find_single_file, read_single_file
-from labml_txl.data.files import decode_utf8
-from labml_txl.data.splits import split_sizes
+from . import tokenization
+from .cache import cached
+from .char_level import build_code_vocabulary, encode_codes
+from .corpus import Corpus
+from .enwik8 import find_single_file, read_single_file
+from .files import decode_utf8
+from .splits import split_sizes
 
 PathLike = Union[str, Path]
 

@@ -15,11 +15,11 @@ import gzip
 from pathlib import Path
 from typing import Optional, Union
 
-from labml_txl.data import tokenization
-from labml_txl.data.cache import cached
-from labml_txl.data.char_level import build_code_vocabulary, encode_codes
-from labml_txl.data.corpus import Corpus
-from labml_txl.data.files import EmptyDataFileError, DataFileFormatError, decode_utf8, read_bytes, require_file
+from . import tokenization
+from .cache import cached
+from .char_level import build_code_vocabulary, encode_codes
+from .corpus import Corpus
+from .files import EmptyDataFileError, DataFileFormatError, decode_utf8, read_bytes, require_file
 
 PathLike = Union[str, Path]
 

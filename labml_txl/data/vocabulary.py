@@ -20,8 +20,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Union
 
 import torch
 
-from labml_txl.errors import require_positive_int
-from labml_txl.data.files import EmptyDataFileError, iter_text_lines
+from ..errors import require_positive_int
+from .files import EmptyDataFileError, iter_text_lines
 
 
 class Vocabulary:

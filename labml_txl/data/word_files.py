@@ -13,9 +13,9 @@ from typing import List, Union
 
 import torch
 
-from labml_txl.data import tokenization
-from labml_txl.data.files import iter_text_lines
-from labml_txl.data.vocabulary import Vocabulary
+from . import tokenization
+from .files import iter_text_lines
+from .vocabulary import Vocabulary
 
 # Token ids are gathered in lists of this many before becoming a tensor
 _FLUSH = 1 << 20

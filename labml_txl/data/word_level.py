@@ -9,11 +9,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
-from labml_txl.data.cache import cached
-from labml_txl.data.corpus import Corpus
-from labml_txl.data.tokenization import EOS
-from labml_txl.data.vocabulary import Vocabulary
-from labml_txl.data.word_files import count_file, encode_file
+from .cache import cached
+from .corpus import Corpus
+from .tokenization import EOS
+from .vocabulary import Vocabulary
+from .word_files import count_file, encode_file
 
 UNK = '<unk>'
 

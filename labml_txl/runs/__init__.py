@@ -3,7 +3,7 @@
 
 `python -m labml_txl.runs list | show | compare | plot` (`docs/runs.md`). The same, as functions:
 
-* `files`: the files of a run folder, read as both this package and the dashboard (`labml_txl.dashboard_app`)
+* `files`: the files of a run folder, read as both this package and the dashboard (`labml_txl.dashboard`)
   read them: where a project's runs are, its run folders, their YAML and JSON lines, a run's metrics
   (`read_metrics`, with the values a resumed run wrote last);
 * `records`: reading a run folder into a `RunRecord` (`read_run`), every run of a project (`load_runs`), runs by

@@ -2,7 +2,7 @@
 # The files of a run folder, as a reader finds them
 
 Two programs read the run folders of a labml project: `python -m labml_txl.runs` reads them whole when asked
-(`records`), and the dashboard follows them while trainings write them (`labml_txl.dashboard_app.project_runs`).
+(`records`), and the dashboard follows them while trainings write them (`labml_txl.dashboard.project_runs`).
 They read them here, so that both take the same lines, the same YAML, and the same value for every step of a
 resumed run.
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from ..config_validation import short_value
+from ..configs.validation import short_value
 from ..train.runs import LOCK_FILE, project_root, use_working_directory_project
 from .files import (CONFIGS_FILE, METRICS_FILE, RUN_FILE, STATUS_FILE, RunFileError, check_metrics_line,
                     check_status_line, experiments_dir, find_run_folders, latest_time, load_yaml_mapping, read_metrics,

@@ -10,7 +10,7 @@ import textwrap
 import time
 from typing import List, Optional, Sequence
 
-from ..config_validation import short_value
+from ..configs.validation import short_value
 from .compare import FINAL_METRICS, LOSS_TRAIN, LOSS_VALID, differing_items, final_metrics, item_text
 from .records import RunRecord
 

@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional
 
 from labml import lab
 
-from ..config_validation import check_override
+from ..configs.validation import check_override
 from ..errors import closest
 from ..runs.plots import plot_runs
 from ..runs.records import RunRecord, load_runs

@@ -3,7 +3,7 @@
 
 Every run keeps the values it tracks in its folder's `log.jsonl`, whether or not a dashboard is up: one JSON
 object per line, `{"track": {"loss.train": [[step, [value, ...]], ...], ...}, "time": seconds}`, the format of
-labml's own `file` writer. The dashboard imports these files (`labml_txl.dashboard_app.project_runs`) and
+labml's own `file` writer. The dashboard imports these files (`labml_txl.dashboard.project_runs`) and
 `python -m labml_txl.runs` reads them (`labml_txl.runs.records`).
 
 labml's writer keeps a thread that its first `finish` ends: a monitored loop's end finishes the tracker's

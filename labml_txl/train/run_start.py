@@ -23,7 +23,7 @@ from labml.configs import BaseConfigs
 from labml.internal.experiment import experiment_singleton
 from labml.internal.tracker import tracker_singleton
 
-from ..config_validation import default_of
+from ..configs.validation import default_of
 from .metrics_file import METRICS_FILE, MetricsFileWriter
 from .runs import use_working_directory_project
 

@@ -8,7 +8,7 @@ training items. A length left at `None` is the run's own (or the paper's, with `
 """
 from typing import Any, Dict, Optional
 
-from ..config_validation import ValidatedConfigs
+from ..configs.validation import ValidatedConfigs
 
 
 class EvalXLSettings(ValidatedConfigs):

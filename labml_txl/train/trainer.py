@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from labml import monit, tracker
 
-from .. import native
+from ..fast import native
 from .checkpoint import checkpoint_steps, check_finite_state, load_model_state, non_finite_values, save_checkpoint
 from .configs import TrainXLConfigs, check_splits_fit, check_training_configs, device_of
 from .distributed import DistributedContext, check_divisible

@@ -25,8 +25,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .. import dispatch
-from ..dispatch import Plan
+from ..fast import dispatch
+from ..fast.dispatch import Plan
 from .checks import check_adaptive, cluster_embedding_sizes
 
 

@@ -24,13 +24,13 @@ from typing import Optional, Tuple
 import torch
 from torch import nn
 
-from .. import dispatch
-from ..attention_heads import split_heads
-from ..dispatch import Plan
-from ..relative_attention import RelativeTerms, scores_of_terms
-from ..dropout import Dropout
+from ..fast import dispatch
+from ..attention.composite import split_heads
+from ..fast.dispatch import Plan
+from ..attention.reference import RelativeTerms, scores_of_terms
+from ..fast.dropout import Dropout
 from ..errors import require_bool, require_positive_int, require_probability
-from ..norms import make_norm
+from ..transformer.norms import make_norm
 
 
 @dataclass(frozen=True)

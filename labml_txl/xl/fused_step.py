@@ -24,11 +24,11 @@ import torch
 from torch import nn
 from torch.nn.modules import module as module_hooks
 
-from .. import dispatch
-from ..dispatch import Plan
-from ..native import decoder_layer as native_decoder_layer
-from ..parameter_versions import ParameterSnapshot
-from ..relative_attention import RelativeTerms
+from ..fast import dispatch
+from ..fast.dispatch import Plan
+from ..fast.native import decoder_layer as native_decoder_layer
+from ..fast.parameter_versions import ParameterSnapshot
+from ..attention.reference import RelativeTerms
 from .attention_base import KeysValues, XLAttentionBase
 from .positionwise_ff import PositionwiseFF
 

@@ -18,7 +18,7 @@ from typing import Dict, NamedTuple, Optional
 import torch
 from torch import nn
 
-from ..parameter_versions import ParameterSnapshot, track_fused_optimizer_steps
+from ..fast.parameter_versions import ParameterSnapshot, track_fused_optimizer_steps
 from .append_buffer import AppendBuffer, keep_rows
 
 

@@ -18,7 +18,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..dispatch import Plan
+from ..fast.dispatch import Plan
 
 from .multi_head_attn import MultiHeadAttn
 from .positionwise_ff import PositionwiseFF

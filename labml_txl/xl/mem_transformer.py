@@ -54,15 +54,16 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..attention_mask import decoder_window_mask
-from ..dispatch import Plan, check_impl
-from ..dropout import Dropout
+from ..attention.masks import decoder_window_mask
+from ..fast.dispatch import Plan, check_impl
+from ..fast.dropout import Dropout
 from ..errors import require_bool, require_positive_int, require_probability
-from ..norms import check_norm
-from ..positional_encoding import relative_distances
-from ..rotary_mha import rotary_features
-from ..t5_bias_mha import check_t5_buckets
-from . import fused_step, hf_format
+from ..transformer.norms import check_norm
+from ..positions.encoding import relative_distances
+from ..positions.rotary import rotary_features
+from ..positions.t5_bias import check_t5_buckets
+from . import fused_step
+from .formats import hf as hf_format
 from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
 from .append_buffer import joined_rows, keep_rows
@@ -146,10 +147,10 @@ class MemTransformerLM(nn.Module):
             counts them again at every segment: an aliasing bug, not a choice of numerics). Off by default.
 
         norm: (new) `'layer_norm'` (the original's) or `'rms_norm'` (RMSNorm, Zhang & Sennrich, 2019) in every
-            layer (`labml_txl/norms.py`); either is kept as `layer_norm`, RMSNorm without a bias.
+            layer (`labml_txl/transformer/norms.py`); either is kept as `layer_norm`, RMSNorm without a bias.
         rotary_fraction: (new) the fraction of each head's features that `attn_type` 4 rotates, in (0, 1].
         t5_num_buckets, t5_max_distance: (new) the causal distance buckets of `attn_type` 6 (`t5_bias_mha.py`).
-        impl: (new) how to compute: `'auto'` (the default) lets `labml_txl.dispatch` pick, per call, the fastest
+        impl: (new) how to compute: `'auto'` (the default) lets `labml_txl.fast.dispatch` pick, per call, the fastest
             implementation that serves it (our C++ kernels, SDPA, the head-major composite, oneDNN's prepacked
             products; each refused path has a reason, `dispatch.recording()`); `'reference'` runs the readable
             specification (`relative_attention.py`, `F.linear`, PyTorch's layer norm, the joint projection of

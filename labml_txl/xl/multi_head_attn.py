@@ -15,8 +15,8 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import nn
 
-from ..dispatch import Plan
-from ..relative_attention import RelativeTerms
+from ..fast.dispatch import Plan
+from ..attention.reference import RelativeTerms
 from .attention_base import KeysValues, XLAttentionBase
 
 

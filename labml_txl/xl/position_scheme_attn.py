@@ -5,11 +5,11 @@ Beside the original's four types, the schemes whose positions live in the attent
 attention (`MultiHeadAttn`: `q_net`, `kv_net`, no position added to the inputs), each saying what it adds to the
 scores in `position_terms`, as the vanilla files do:
 
-* `4`, `'rotary'`: queries and keys rotated by position (RoFormer, `labml_txl/rotary_mha.py`), the first
+* `4`, `'rotary'`: queries and keys rotated by position (RoFormer, `labml_txl/positions/rotary.py`), the first
   `rotary_fraction` of each head's features;
-* `5`, `'alibi'`: $-m_h |i - j|$ after the scale, the paper's slopes (`labml_txl/alibi_mha.py`);
+* `5`, `'alibi'`: $-m_h |i - j|$ after the scale, the paper's slopes (`labml_txl/positions/alibi.py`);
 * `6`, `'t5_bias'`: a learned $b_{h, \mathop{bucket}(i - j)}$ after the scale, causal buckets (`t5_num_buckets`
-  up to `t5_max_distance`, `labml_txl/t5_bias_mha.py`), one table per layer.
+  up to `t5_max_distance`, `labml_txl/positions/t5_bias.py`), one table per layer.
 
 The memory's positions are those before the segment: the `mlen` keys of the memory come first, the queries are the
 last `qlen` of the `klen` positions. Each score depends on positions only through $i - j$, so a memory holding the
@@ -22,12 +22,12 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..alibi_mha import alibi_entry_bias, alibi_slopes
-from ..dispatch import Plan
-from ..positional_encoding import relative_distances
-from ..relative_attention import RelativeTerms
-from ..rotary_mha import rotary_features
-from ..t5_bias_mha import check_t5_buckets, t5_entry_bias
+from ..positions.alibi import alibi_entry_bias, alibi_slopes
+from ..fast.dispatch import Plan
+from ..positions.encoding import relative_distances
+from ..attention.reference import RelativeTerms
+from ..positions.rotary import rotary_features
+from ..positions.t5_bias import check_t5_buckets, t5_entry_bias
 from .multi_head_attn import MultiHeadAttn
 
 

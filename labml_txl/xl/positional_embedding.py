@@ -16,7 +16,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..positional_encoding import sinusoid_inverse_frequencies, sinusoidal_embeddings
+from ..positions.encoding import sinusoid_inverse_frequencies, sinusoidal_embeddings
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 

@@ -13,10 +13,10 @@ from typing import Optional
 import torch
 from torch import nn
 
-from .. import dispatch
-from ..dispatch import Plan
-from ..dropout import Dropout, relu_dropout_
-from ..norms import make_norm
+from ..fast import dispatch
+from ..fast.dispatch import Plan
+from ..fast.dropout import Dropout, relu_dropout_
+from ..transformer.norms import make_norm
 
 
 class PositionwiseFF(nn.Module):

@@ -5,7 +5,7 @@ $$A^{rel}_{i,j} = \underbrace{(q_i + u)^\top k_j}_{(a) + (c)} + \underbrace{(q_i
 
 with $q, k, v$ from one joint projection `qkv_net` ($W_q$, $W_{k,E}$, $W_v$, no bias) of the memory and the
 segment, $W_{k,R}$ = `r_net` applied to the sinusoidal table $R$ of distances `klen - 1 .. 0`, and the
-shared `relative_attention_scores` (terms and shift: `labml_txl/relative_attention.py`).
+shared `relative_attention_scores` (terms and shift: `labml_txl/attention/reference.py`).
 $u$ = `r_w_bias` and $v$ = `r_r_bias` are learned, `[n_head, d_head]`: given by the model (one pair for all
 layers, the original PyTorch code) or, with `untie_r=True`, owned by this layer (the authors' TensorFlow code
 and their published WikiText-103 model).
@@ -15,9 +15,9 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import nn
 
-from ..dispatch import Plan
-from ..parameter_versions import track_fused_optimizer_steps
-from ..relative_attention import RelativeTerms
+from ..fast.dispatch import Plan
+from ..fast.parameter_versions import track_fused_optimizer_steps
+from ..attention.reference import RelativeTerms
 from .attention_base import KeysValues, XLAttentionBase
 
 

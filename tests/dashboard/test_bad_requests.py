@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip('labml_app', reason="the dashboard extra is not installed: pip install -e '.[dashboard]'")
 
-from labml_txl.dashboard_app.request_checks import MAX_DEPTH, nesting_depth  # noqa: E402
+from labml_txl.dashboard.request_checks import MAX_DEPTH, nesting_depth  # noqa: E402
 from .helpers import DashboardServer, api, error_message, free_port, http, send  # noqa: E402
 
 

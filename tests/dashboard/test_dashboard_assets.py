@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip('labml_app', reason="the dashboard extra is not installed: pip install -e '.[dashboard]'")
 
-from labml_txl.dashboard_app.assets import LOCAL_PREFIX, find_assets, rewrite_index_html  # noqa: E402
+from labml_txl.dashboard.assets import LOCAL_PREFIX, find_assets, rewrite_index_html  # noqa: E402
 from .helpers import http  # noqa: E402
 
 IN_CI = bool(os.environ.get('CI'))

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip('labml_app', reason="the dashboard extra is not installed: pip install -e '.[dashboard]'")
 
-from labml_txl.dashboard_app.assets import find_assets  # noqa: E402
+from labml_txl.dashboard.assets import find_assets  # noqa: E402
 
 from .devtools import FLAGS as CHROMIUM_FLAGS, DevToolsPage  # noqa: E402
 

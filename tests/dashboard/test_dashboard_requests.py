@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip('labml_app', reason="the dashboard extra is not installed: pip install -e '.[dashboard]'")
 
-from labml_txl.dashboard_app.request_checks import MAX_BODY  # noqa: E402
+from labml_txl.dashboard.request_checks import MAX_BODY  # noqa: E402
 from .helpers import DashboardServer, api, error_message, free_port, send  # noqa: E402
 
 

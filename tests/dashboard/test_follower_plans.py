@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip('labml_app', reason="the dashboard extra is not installed: pip install -e '.[dashboard]'")
 
-from labml_txl.dashboard_app.project_runs import IN_PROGRESS, ProjectFollower, display_name  # noqa: E402
+from labml_txl.dashboard.project_runs import IN_PROGRESS, ProjectFollower, display_name  # noqa: E402
 from labml_txl.runs import read_metrics  # noqa: E402
 from labml_txl.runs.files import RunFileError, RunFolder  # noqa: E402
 

@@ -20,7 +20,7 @@ import yaml
 
 pytest.importorskip('labml_app', reason="the dashboard extra is not installed: pip install -e '.[dashboard]'")
 
-from labml_txl.dashboard_app.project_runs import PROGRESS_FILE  # noqa: E402
+from labml_txl.dashboard.project_runs import PROGRESS_FILE  # noqa: E402
 from labml_txl.runs import read_metrics  # noqa: E402
 from .helpers import (TINY_XL, DashboardServer, api, following, free_port, http, listed_runs,  # noqa: E402
                       run_folders, run_training, series, train_xl, wait_for_scans, wait_until)

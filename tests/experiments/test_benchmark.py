@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / 'experiments'))
 
 import benchmark as bench  # noqa: E402
 from benchmark_peers import HuggingFaceXL, XTransformersXL, check_same_outputs  # noqa: E402
-from labml_txl.generation import generate  # noqa: E402
+from labml_txl.xl.generation import generate  # noqa: E402
 from tolerance import SAME_FUNCTION, assert_close_rounding  # noqa: E402
 
 TINY = bench.BenchConfig(n_token=16, n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=32, tgt_len=4, mem_len=4,

@@ -8,7 +8,7 @@ import time
 
 import yaml
 
-from labml_txl.config_validation import resolved
+from labml_txl.configs.validation import resolved
 from labml_txl.file_lock import FileLock
 from labml_txl.runs import differing_items, load_runs, read_metrics, read_run, records
 from labml_txl.runs.tables import runs_table

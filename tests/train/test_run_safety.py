@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from labml import lab
 
-from labml_txl.config_validation import ConfigTypeError
+from labml_txl.configs.validation import ConfigTypeError
 from labml_txl.file_lock import FileLock
 from labml_txl.train.checkpoint import CheckpointError, checkpoint_steps
 from labml_txl.train.runs import LOCK_FILE, RunInUseError, RunNotFoundError

@@ -129,7 +129,7 @@ def test_command_line_unknown_corpus_names_the_corpora(tmp_path, monkeypatch, ca
 def test_kernels_are_prepared_before_the_time_limit_starts(tmp_path, monkeypatch):
     """Compiling the evaluation kernels (about a minute on a new machine) must not count against `time_limit`:
     `run` prepares them before it starts the clock."""
-    from labml_txl import native
+    from labml_txl.fast import native
     from labml_txl.train import trainer as trainer_module
 
     events = []
@@ -147,8 +147,8 @@ def test_kernels_are_prepared_before_the_time_limit_starts(tmp_path, monkeypatch
 
 
 def test_prepare_kernels_says_whether_every_kernel_is_there(monkeypatch):
-    from labml_txl import native
-    from labml_txl.native import build
+    from labml_txl.fast import native
+    from labml_txl.fast.native import build
 
     assert native.prepare_kernels()
     monkeypatch.setenv(build.DISABLE_VARIABLE, '0')

@@ -17,7 +17,7 @@ What is asked, and why:
 import pytest
 import torch
 
-from labml_txl import dispatch
+from labml_txl.fast import dispatch
 from labml_txl.xl import MemTransformerLM
 
 from tolerance import assert_close_rounding

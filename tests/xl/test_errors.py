@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from labml_txl.relative_mha import RelativeMultiHeadAttention
+from labml_txl.positions.relative import RelativeMultiHeadAttention
 from labml_txl.xl import MemTransformerLM
 
 from .helpers import small_config, small_model

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 import torch
 
-from labml_txl import dispatch, native
+from labml_txl.fast import dispatch, native
 from labml_txl.xl import MemTransformerLM
 from labml_txl.xl.positionwise_ff import PositionwiseFF
 from labml_txl.xl.rel_partial_learnable_attn import RelPartialLearnableMultiHeadAttn
@@ -73,7 +73,7 @@ def test_fused_steps_equal_the_plain_path(overrides, qlen, batch):
 def test_greedy_generation_through_fused_layers_equals_recomputing_the_context():
     """Without memories at all: each token from the whole sequence so far in one pass of the plain path (the
     independent computation), against `generate`'s fused one-token steps over a context that holds it all."""
-    from labml_txl.generation import generate
+    from labml_txl.xl.generation import generate
 
     plain, fast = _pair(attn_type=0, mem_len=0)
     prompt = torch.randint(40, (4, 1), generator=torch.Generator().manual_seed(2))

@@ -12,9 +12,9 @@ import safetensors.torch
 import torch
 from transformers.models.deprecated.transfo_xl import TransfoXLConfig, TransfoXLLMHeadModel
 
-from labml_txl import dispatch
+from labml_txl.fast import dispatch
 from labml_txl.xl import MemTransformerLM
-from labml_txl.xl.hf_format import WeightFiles
+from labml_txl.xl.formats.hf import WeightFiles
 from tolerance import assert_same_function
 
 N_TOKEN = 100

@@ -14,7 +14,7 @@ import pytest
 import torch
 from labml import lab
 
-from labml_txl.generation import generate
+from labml_txl.xl.generation import generate
 from labml_txl.train.runs import OVERRIDES_FILE, load_overrides
 from .helpers import small_model
 

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 import torch
 
-from labml_txl import dispatch
+from labml_txl.fast import dispatch
 
 from .helpers import assert_the_same_step, plain_and_fast
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from labml_txl.positional_encoding import sinusoidal_embeddings
+from labml_txl.positions.encoding import sinusoidal_embeddings
 from labml_txl.xl import MemTransformerLM
 from tolerance import assert_close_rounding, assert_same_function
 

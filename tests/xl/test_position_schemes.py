@@ -9,7 +9,7 @@ paper says.)
 import pytest
 import torch
 
-from labml_txl import dispatch
+from labml_txl.fast import dispatch
 from labml_txl.configs import TransformerXLConfigs
 from labml_txl.xl import MemTransformerLM
 

@@ -20,7 +20,7 @@ switch on, and far off without it.
 import pytest
 import torch
 
-from labml_txl import dispatch
+from labml_txl.fast import dispatch
 from labml_txl.xl import MemTransformerLM
 
 from tolerance import assert_close_rounding, assert_same_function

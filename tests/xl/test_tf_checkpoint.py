@@ -1,5 +1,5 @@
 """
-The converter of the authors' TensorFlow checkpoints (`labml_txl/xl/tf_checkpoint.py`).
+The converter of the authors' TensorFlow checkpoints (`labml_txl/xl/formats/tf_checkpoint.py`).
 
 Each test writes a small checkpoint with TensorFlow itself, random values under the names and in the layouts of the
 authors' `tf/model.py` (`authors_variables` below lists them from that file), and reads it back two ways:
@@ -25,8 +25,8 @@ import pytest
 import torch
 
 from labml_txl.xl import MemTransformerLM
-from labml_txl.xl import tf_checkpoint
-from labml_txl.xl.tf_checkpoint import TFCheckpointError, convert_tf_checkpoint
+from labml_txl.xl.formats import tf_checkpoint
+from labml_txl.xl.formats.tf_checkpoint import TFCheckpointError, convert_tf_checkpoint
 from tolerance import assert_same_function
 
 # TensorFlow's C++ start-up messages stay out of the test output
