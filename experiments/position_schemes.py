@@ -14,7 +14,7 @@ the training length and at 4x and 8x it.
   text in segments of $E$ tokens (a token sees up to $E$ before it, $E/2$ on average: what ALiBi's paper measures);
   a run with memory reads segments of $E$ with a memory of $E$ (the training ratio), so every token sees at least
   $E$ before it. `absolute_deeper` has learned positions for the training window only: beyond it, the original
-  reuses its first row (`xl/rel_learnable_attn.last_rows`).
+  reuses its first row (`positions/learned_relative.last_rows`).
 * Other `key=value` pairs are settings of `train_xl.py` for every run (listed below), e.g. `tgt_len=128`.
 
 The training is a sweep (`labml_txl.sweep`) of `train_xl.py` over the schemes and memories: every run is a labml

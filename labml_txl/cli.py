@@ -6,7 +6,7 @@ Every script in `experiments/` runs through `run_script` and takes its settings 
 `{'transformer.d_model': 128, 'max_step': 200}`. The words `true`, `false`, `yes` and `no`, in any case, are
 booleans; other values are read as Python literals where they parse (`128`, `0.5`, `None`, `[1, 2]`) and kept as
 strings otherwise (`SwiGLU`). A `bool` config item also takes `1` and `0`, and nothing else
-(`config_validation`), so `pre_lnorm=flase` is an error, not a true value.
+(`configs/validation.py`), so `pre_lnorm=flase` is an error, not a true value.
 
 `--help` lists every setting a script takes, from its configs (`settings.Settings`); an argument that is not
 `key=value` (`--n_layer 2`) is refused with the `key=value` that the script takes instead.

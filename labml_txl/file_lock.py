@@ -4,7 +4,7 @@
 `FileLock` is an exclusive advisory lock (`flock`) on a file. The operating system releases it when the process
 that holds it ends, however it ends (SIGKILL, a closed terminal, the OOM killer), so no lock outlives its holder and
 none is ever stale. The file records the holder's process id, for the message of whoever finds it taken. It guards
-a kernel's build (`native/kernel_cache.py`), a training run (`train/runs.py`) and a dashboard's store
+a kernel's build (`fast/native/kernel_cache.py`), a training run (`train/runs.py`) and a dashboard's store
 (`dashboard.py`).
 
 Where `fcntl` is missing (not POSIX), every `acquire` succeeds: the lock then guards nothing.

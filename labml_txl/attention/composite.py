@@ -1,10 +1,10 @@
 r"""
 # Attention in the head-major layout: the fast PyTorch composite
 
-The same computation as `relative_attention.py`, arranged for speed rather than for reading. Queries, keys and
+The same computation as `reference.py`, arranged for speed rather than for reading. Queries, keys and
 values are `[batch, heads, seq, d_head]`, so every score and value product is one batched `@` over
 `batch * heads` matrices; the relative shift is a strided view instead of a pad and a copy; the softmax runs over
-the last, contiguous axis. Autograd differentiates it as it stands. `dispatch.py` decides when it runs and tests it
+the last, contiguous axis. Autograd differentiates it as it stands. `fast/dispatch.py` decides when it runs and tests it
 against the reference.
 """
 from typing import Optional, Tuple
@@ -65,7 +65,7 @@ def relative_shift_view(x: torch.Tensor, klen: int) -> torch.Tensor:
     return shifted if rlen - 1 == klen else shifted[..., :klen]
 
 
-def position_terms(q: torch.Tensor, table: Optional[torch.Tensor], position_bias: Optional[torch.Tensor],
+def shifted_position_scores(q: torch.Tensor, table: Optional[torch.Tensor], position_bias: Optional[torch.Tensor],
                    entry_bias: Optional[torch.Tensor], klen: int, scale: float) -> torch.Tensor:
     r"""
     $\mathit{scale} \cdot \mathop{shift}\bigl((Q + v) R^\top + b\bigr)$ indexed by key position, a view.
@@ -90,33 +90,10 @@ def position_terms(q: torch.Tensor, table: Optional[torch.Tensor], position_bias
     return relative_shift_view(terms, klen)
 
 
-def relative_scores(q: torch.Tensor, k: torch.Tensor, table: Optional[torch.Tensor],
-                    content_bias: Optional[torch.Tensor], position_bias: Optional[torch.Tensor],
-                    entry_bias: Optional[torch.Tensor], scale: float) -> torch.Tensor:
-    r"""
-    $\mathit{scale} \cdot A^{rel} = \mathit{scale} \cdot (Q + u) K^\top + \mathit{scale} \cdot
-    \mathop{shift}((Q + v) R^\top + b)$, with the sum and the scale of the content term folded into one `baddbmm`.
-
-    Shape:
-        `q` `[batch, heads, qlen, d_head]`, `k` `[batch, heads, klen, d_head]`, `table`, `position_bias`,
-        `entry_bias` as `position_terms`, `content_bias` ($u$) `[heads, d_head]` or None.
-        Returns `[batch, heads, qlen, klen]`, contiguous.
-    """
-    batch, heads, qlen, d_head = q.shape
-    klen = k.shape[-2]
-    shifted = position_terms(q, table, position_bias, entry_bias, klen, scale)
-    shifted = shifted.expand(batch, heads, qlen, klen).reshape(batch * heads, qlen, klen)
-    q_u = q if content_bias is None else q + content_bias[:, None]
-    # $\mathit{shifted} + \mathit{scale} \cdot (Q + u) K^\top$ in one product
-    score = torch.baddbmm(shifted, q_u.reshape(batch * heads, qlen, d_head),
-                          k.reshape(batch * heads, klen, d_head).transpose(1, 2), alpha=scale)
-    return score.view(batch, heads, qlen, klen)
-
-
 def rotate_heads(q: torch.Tensor, k: torch.Tensor, k_memory: Optional[torch.Tensor], d_rotary: int
                  ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
     """
-    Head-major queries and keys rotated by position (`positional_encoding.rotate`): the memory's keys at
+    Head-major queries and keys rotated by position (`encoding.rotate`): the memory's keys at
     `0 .. mlen - 1`, the segment's after them, the queries the last `qlen` of all `klen` (`query_positions`: with
     more queries than keys, the first before the first key).
 
@@ -151,7 +128,7 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, values: torch.Tensor, scale
     if terms is None or not terms.has_position_scores:
         bias = None if masked is None else ~masked
     else:
-        bias = position_terms(q, terms.table, terms.position_bias, terms.entry_bias, k.shape[-2], scale)
+        bias = shifted_position_scores(q, terms.table, terms.position_bias, terms.entry_bias, k.shape[-2], scale)
         # (`where` reads the view and the mask once; `masked_fill` would copy the view first)
         bias = (bias.contiguous() if masked is None else torch.where(masked, float('-inf'), bias)).to(q.dtype)
     if terms is not None and terms.content_bias is not None:
@@ -172,11 +149,21 @@ def composite_attention(q: torch.Tensor, k: torch.Tensor, values: torch.Tensor, 
         as `sdpa_attention`; returns `[qlen, batch, heads * d_head]` and the weights `[batch, heads, qlen, klen]`.
     """
     q = q.contiguous()
+    batch, heads, qlen, d_head = q.shape
+    klen = k.shape[-2]
+    # $Q + u$
+    q_u = q if terms is None or terms.content_bias is None else q + terms.content_bias[:, None]
     if terms is None or not terms.has_position_scores:
-        q_u = q if terms is None or terms.content_bias is None else q + terms.content_bias[:, None]
+        # $\mathit{scale} \cdot Q K^\top$
         scores = torch.matmul(q_u, k.transpose(-1, -2)).mul_(scale)
     else:
-        scores = relative_scores(q, k, terms.table, terms.content_bias, terms.position_bias, terms.entry_bias, scale)
+        # $\mathit{scale} \cdot \mathop{shift}((Q + v) R^\top + b)$, by key position
+        shifted = shifted_position_scores(q, terms.table, terms.position_bias, terms.entry_bias, klen, scale)
+        shifted = shifted.expand(batch, heads, qlen, klen).reshape(batch * heads, qlen, klen)
+        # $\mathit{scale} \cdot A^{rel} = \mathit{shifted} + \mathit{scale} \cdot (Q + u) K^\top$ in one product
+        scores = torch.baddbmm(shifted, q_u.reshape(batch * heads, qlen, d_head),
+                               k.reshape(batch * heads, klen, d_head).transpose(1, 2),
+                               alpha=scale).view(batch, heads, qlen, klen)
     weights = masked_softmax(scores, heads_mask(masked), dim=-1, inplace=True, rows_may_be_empty=rows_may_be_empty)
     if dropout is not None:
         weights = dropout(weights)

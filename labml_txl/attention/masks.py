@@ -5,7 +5,7 @@ Masks given to this package's public attention modules are boolean `[seq_q, seq_
 may attend to key $j$, as in labml_nn. Either end axis may be 1 to broadcast: `[seq_q, seq_k, 1]` is the same
 mask for every sequence (a causal mask), `[1, seq_k, batch]` is the same for every query (key padding).
 
-Inside, the attention core (`dispatch.py`, `relative_attention.py`) and `xl/` keep the original Transformer-XL's
+Inside, the attention core (`fast/dispatch.py`, `reference.py`) and `xl/` keep the original Transformer-XL's
 convention: **True where a key is masked**. `masked_keys` is the one conversion from the public convention; the
 decoder masks below are made in the inner one, as `MemTransformerLM` gives them to its layers.
 """

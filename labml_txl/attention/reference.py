@@ -44,8 +44,8 @@ entries further along.
 
 The schemes whose positions live in the attention are read through the same two pieces (`RelativeTerms`): a bias
 $b_s$ per table entry, that is per distance, without a table, is ALiBi's $-m_h |i - j|$ and T5's
-$b_{h, \mathop{bucket}(i - j)}$ (`alibi_mha.py`, `t5_bias_mha.py`); RoFormer's rotation of the queries and keys by
-position (`positional_encoding.rotate`) comes before the content term, which is then all there is.
+$b_{h, \mathop{bucket}(i - j)}$ (`positions/alibi.py`, `positions/t5_bias.py`); RoFormer's rotation of the queries and keys by
+position (`encoding.rotate`) comes before the content term, which is then all there is.
 """
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
@@ -151,7 +151,7 @@ def relative_attention_scores(q: torch.Tensor, k: torch.Tensor, r: Optional[torc
 @dataclass(frozen=True)
 class RelativeTerms:
     r"""
-    What the faster implementations (`dispatch.py`) take for these scores, in their head-major layout: the position
+    What the faster implementations (`fast/dispatch.py`) take for these scores, in their head-major layout: the position
     terms $(q_i + v)^\top r_s + b_s$ at table entry $s = j + q - 1 - i$, the content bias $u$ of
     $(q_i + u)^\top k_j$, and the number of features of each head that RoFormer's rotation turns first.
 

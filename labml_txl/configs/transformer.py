@@ -1,30 +1,24 @@
 r"""
-# Configurable Transformer components
+# Configurable Transformer components (`FeedForwardConfigs`, `TransformerConfigs`)
 
 labml configs: each item is computed lazily by the option chosen for it, so an experiment builds only the
 modules it uses. Item names, option names and defaults are those of labml_nn's `transformers/configs.py`, so an
 override dictionary written for it (`'transformer.ffn.glu_variant': 'SwiGLU'`, `'transformer.d_model': 256`, ...)
-works here unchanged. Overrides are checked when they are given (see `config_validation.py`).
+works here unchanged. Overrides are checked when they are given (see `validation.py`).
 
 `docs/options.md` lists every item and option; it is generated from the registrations below by
 `python -m labml_txl.configs.options_doc`.
 """
 import copy
 import warnings
-from typing import List, Optional
-
 from labml.configs import aggregate, calculate, option
 from torch import nn
 
-from ..positions.alibi import AlibiMultiHeadAttention
 from .validation import ValidatedConfigs, chosen_option
 from ..transformer.feed_forward import FeedForward
 from ..transformer.mha import MultiHeadAttention
-from .presets import PRESETS, TRAINING_COLUMNS
-from ..positions.relative import RelativeMultiHeadAttention
-from ..positions.rotary import RotaryMultiHeadAttention
-from ..positions.t5_bias import T5BiasMultiHeadAttention
-from ..xl import MemTransformerLM
+from ..positions import registry
+from ..positions.scheme import SchemeSettings
 from ..transformer.models import (Decoder, Encoder, EncoderDecoder, EmbeddingsWithLearnedPositionalEncoding,
                      EmbeddingsWithPositionalEncoding, Generator, TransformerLayer)
 
@@ -164,23 +158,13 @@ class TransformerConfigs(ValidatedConfigs):
 
 
 def _mha(c: TransformerConfigs):
-    """Multi-head attention with absolute positions (`mha.py`)"""
+    """Multi-head attention with absolute positions (`transformer/mha.py`)"""
     return MultiHeadAttention(c.n_heads, c.d_model, dropout_prob=c.dropout)
 
 
 calculate(TransformerConfigs.encoder_attn, 'mha', _mha)
 calculate(TransformerConfigs.decoder_attn, 'mha', _mha)
 calculate(TransformerConfigs.decoder_mem_attn, 'mha', _mha)
-
-
-def _relative_mha(c: TransformerConfigs):
-    """Transformer-XL's relative attention (`relative_mha.py`), the same score terms and shift as `xl/`"""
-    return RelativeMultiHeadAttention(c.n_heads, c.d_model, dropout_prob=c.dropout)
-
-
-calculate(TransformerConfigs.encoder_attn, 'relative', _relative_mha)
-calculate(TransformerConfigs.decoder_attn, 'relative', _relative_mha)
-calculate(TransformerConfigs.decoder_mem_attn, 'relative', _relative_mha)
 
 
 def _warn_positions_twice(c: TransformerConfigs, attention_key: str, embed_key: str) -> None:
@@ -192,38 +176,35 @@ def _warn_positions_twice(c: TransformerConfigs, attention_key: str, embed_key: 
                       f"encodes them already; {embed_key}='no_pos' leaves them to it", UserWarning, stacklevel=2)
 
 
-def _scheme_option(name: str, doc: str, build, attention_key: str, embed_key: str) -> None:
-    """Register `build(c, bidirectional)` as the option `name` of `attention_key`, warning when `embed_key` adds
-    positions too. A decoder's self-attention is causal (`bidirectional=False`); the other two attentions are not."""
+def _scheme_option(name: str, attention_key: str, embed_key: str) -> None:
+    """Register the scheme `name` of the registry as the option `name` of `attention_key`: `MultiHeadAttention` with
+    the scheme, warning when `embed_key` adds positions too. A decoder's self-attention is causal
+    (`bidirectional=False`); the other two attentions are not."""
     bidirectional = attention_key != 'decoder_attn'
+    scheme_class = registry.SCHEMES[name]
 
     def scheme(c: TransformerConfigs):
         _warn_positions_twice(c, attention_key, embed_key)
-        return build(c, bidirectional)
-    scheme.__doc__ = doc.format(direction='bidirectional' if bidirectional else 'causal')
+        settings = SchemeSettings(bidirectional=bidirectional, rotary_fraction=c.rotary_fraction,
+                                  t5_num_buckets=c.t5_num_buckets, t5_max_distance=c.t5_max_distance)
+        return MultiHeadAttention(c.n_heads, c.d_model, dropout_prob=c.dropout,
+                                  positions=scheme_class.from_settings(settings))
+    # The first line of the scheme's docstring, and of its module's (`docs/options.md` lists them)
+    summary = (scheme_class.__doc__ or name).strip().splitlines()[0].rstrip('.')
+    module = scheme_class.__module__.replace('labml_txl.', '').replace('.', '/') + '.py'
+    scheme.__doc__ = f"{summary} ({'bidirectional' if bidirectional else 'causal'}, `{module}`)"
     calculate(getattr(TransformerConfigs, attention_key), name, scheme)
 
 
-_SCHEMES = [
-    ('rotary', "Rotary position embeddings of queries and keys (RoFormer, `rotary_mha.py`), `rotary_fraction` of "
-               "the features",
-     lambda c, bidirectional: RotaryMultiHeadAttention(c.n_heads, c.d_model, dropout_prob=c.dropout,
-                                                       rotary_fraction=c.rotary_fraction)),
-    ('alibi', "Linear distance biases per head, the paper's slopes (ALiBi, `alibi_mha.py`)",
-     lambda c, bidirectional: AlibiMultiHeadAttention(c.n_heads, c.d_model, dropout_prob=c.dropout)),
-    ('t5_bias', "T5's learned bias per head and distance bucket ({direction}, `t5_bias_mha.py`)",
-     lambda c, bidirectional: T5BiasMultiHeadAttention(c.n_heads, c.d_model, dropout_prob=c.dropout,
-                                                       bidirectional=bidirectional, num_buckets=c.t5_num_buckets,
-                                                       max_distance=c.t5_max_distance)),
-]
-
-
-# (the encoder's positions come from `src_embed`, the decoder's from `tgt_embed`; the decoder's attention to the
-# encoder output reads the encoder's positions)
-for _attention_key, _embed_key in (('encoder_attn', 'src_embed'), ('decoder_attn', 'tgt_embed'),
-                                   ('decoder_mem_attn', 'src_embed')):
-    for _name, _doc, _build in _SCHEMES:
-        _scheme_option(_name, _doc, _build, _attention_key, _embed_key)
+def _scheme_options(name: str) -> None:
+    """The scheme `name` of the registry as an option of the three attentions, unless its positions are the model's
+    (the encoder's positions come from `src_embed`, the decoder's from `tgt_embed`; the decoder's attention to the
+    encoder output reads the encoder's)."""
+    if registry.SCHEMES[name].needs_model_positions:
+        return
+    for attention_key, embed_key in (('encoder_attn', 'src_embed'), ('decoder_attn', 'tgt_embed'),
+                                     ('decoder_mem_attn', 'src_embed')):
+        _scheme_option(name, attention_key, embed_key)
 
 
 @option(TransformerConfigs.ffn, 'default')
@@ -311,163 +292,27 @@ def _encoder_decoder(c: TransformerConfigs):
     return EncoderDecoder(c.encoder, c.decoder, c.src_embed, c.tgt_embed, c.generator)
 
 
-class TransformerXLConfigs(ValidatedConfigs):
-    """
-    Configurations of Transformer-XL (`xl.MemTransformerLM`): every constructor keyword is an item, with the
-    defaults of the original `train.py`; `model` is built on first use. `attention` names the attention variant
-    and `preset` sets the hyperparameters of one of the original run scripts (`tests/reference/xl/presets.md`).
-    """
-    # Vocabulary size; set by the corpus
-    n_token: int
-    # Number of layers
-    n_layer: int = 12
-    # Number of attention heads
-    n_head: int = 10
-    # Width of the residual stream
-    d_model: int = 500
-    # Width of each head
-    d_head: int = 50
-    # Hidden width of the position-wise feed-forward layer
-    d_inner: int = 1000
-    # Dropout probability of the residual branches and embeddings
-    dropout: float = 0.0
-    # Dropout probability of the attention weights
-    dropatt: float = 0.0
-    # Share the embedding's weights with the softmax's
-    tie_weight: bool = True
-    # Embedding size; `None` for `d_model`
-    d_embed: Optional[int] = None
-    # Adaptive embedding: each cluster's width is the previous one's divided by this
-    div_val: int = 1
-    # Which adaptive-softmax projections share the embedding's; `'none'` or `'all_but_first'`, or a list
-    tie_projs: List[bool] = 'none'
-    # Normalise before each sub-layer (pre-norm) instead of after it
-    pre_lnorm: bool = False
-    # LayerNorm (the original's) or RMSNorm in every layer (`norms.py`)
-    norm: str = 'layer_norm'
-    # Segment length: tokens predicted per step
-    tgt_len: int = 70
-    # Extended context: tokens before the segment given as input, not predicted
-    ext_len: int = 0
-    # Memory length: hidden states of earlier segments each layer attends to (0: no memory)
-    mem_len: int = 0
-    # Adaptive softmax and embedding cluster boundaries (empty: one cluster)
-    cutoffs: List[int] = []
-    # Adaptive input embedding (the original's `adaptive` for the input)
-    adapt_inp: bool = False
-    # Every query attends to the same number of keys
-    same_length: bool = False
-    # 0 relative (the paper's), 1 learnable relative, 2 absolute, 3 absolute deeper, 4 rotary, 5 ALiBi, 6 T5 bias;
-    # set by `attention`
-    attn_type: int = 0
-    # Relative distances beyond this use this one's encoding (-1: no clamp)
-    clamp_len: int = -1
-    # Sampled softmax with this many samples (-1: the full softmax)
-    sample_softmax: int = -1
-    # Per-layer $u$, $v$ (the authors' TensorFlow code and published WikiText-103 model)
-    untie_r: bool = False
-    # Every numerical choice of the original where this package differs (`MemTransformerLM`), for its checkpoints
-    original_numerics: bool = False
-    # The fraction of each head's features that `'rotary'` attention rotates
-    rotary_fraction: float = 1.0
-    # `'t5_bias'`: the number of causal distance buckets
-    t5_num_buckets: int = 32
-    # `'t5_bias'`: the distance from which all keys share the last bucket
-    t5_max_distance: int = 128
-    # Weight initialisation: 'normal' or 'uniform'
-    init: str = 'normal'
-    # Range of the uniform initialisation
-    init_range: float = 0.1
-    # Standard deviation of the normal initialisation
-    init_std: float = 0.02
-    # Standard deviation of the adaptive softmax's projections' initialisation
-    proj_init_std: float = 0.01
+# ## Norms by name (`transformer/norms.py`)
 
-    # The attention variant by name
-    attention: str = 'relative'
-    # The hyperparameters of an original run script
-    preset: str = 'none'
-
-    # Segment length of validation during training (the original's `eval_tgt_len`); `tgt_len` by default
-    eval_tgt_len: int
-    # The paper's final evaluation (the original's `eval.py`, longer memories, clamped distances): segment length
-    test_tgt_len: int
-    # The paper's final evaluation: memory length
-    test_mem_len: int = 0
-    # The paper's final evaluation: clamp of relative distances
-    test_clamp_len: int = -1
-    # The paper's final evaluation: every query attends to the same number of keys
-    test_same_length: bool = False
-
-    # The model
-    model: MemTransformerLM
+NORMS = {'layer_norm': 'LayerNorm (Ba et al., 2016): re-centred and re-scaled, with a gain and a bias',
+         'rms_norm': 'RMSNorm (Zhang & Sennrich, 2019): re-scaled by the root mean square, with a gain only'}
 
 
-@option(TransformerXLConfigs.eval_tgt_len, 'tgt_len')
-def _eval_tgt_len(c: TransformerXLConfigs):
-    """The training segment length `tgt_len`"""
-    return c.tgt_len
+def norm_options(norm_item) -> None:
+    """Register every norm of `NORMS` as an option of the configs item `norm_item` (this file's and Transformer-XL's)."""
+    def chooses(name: str, doc: str):
+        def choose(c):
+            return name
+        choose.__doc__ = doc
+        return choose
+
+    for name, doc in NORMS.items():
+        option(norm_item, name)(chooses(name, doc))
 
 
-@option(TransformerXLConfigs.test_tgt_len, 'tgt_len')
-def _test_tgt_len(c: TransformerXLConfigs):
-    """The training segment length `tgt_len`"""
-    return c.tgt_len
+norm_options(TransformerConfigs.norm)
 
-
-@option(TransformerXLConfigs.tie_projs, 'none')
-def _tie_projs_none(c: TransformerXLConfigs):
-    """No projection shared: `[False] * (len(cutoffs) + 1)`"""
-    return [False] * (len(c.cutoffs) + 1)
-
-
-@option(TransformerXLConfigs.tie_projs, 'all_but_first')
-def _tie_projs_all_but_first(c: TransformerXLConfigs):
-    """All tail projections shared with the embedding's (the original's `proj_share_all_but_first`)"""
-    return [False] + [True] * len(c.cutoffs)
-
-
-@option(TransformerXLConfigs.model, 'default')
-def _mem_transformer(c: TransformerXLConfigs):
-    """`MemTransformerLM` from the items, initialised as the original (`xl.init.init_weights`)"""
-    return MemTransformerLM(c.n_token, c.n_layer, c.n_head, c.d_model, c.d_head, c.d_inner, c.dropout, c.dropatt,
-                            tie_weight=c.tie_weight, d_embed=c.d_embed, div_val=c.div_val,
-                            tie_projs=list(c.tie_projs), pre_lnorm=c.pre_lnorm, tgt_len=c.tgt_len,
-                            ext_len=c.ext_len, mem_len=c.mem_len, cutoffs=list(c.cutoffs), adapt_inp=c.adapt_inp,
-                            same_length=c.same_length, attn_type=c.attn_type, clamp_len=c.clamp_len,
-                            sample_softmax=c.sample_softmax, untie_r=c.untie_r, init=c.init,
-                            init_range=c.init_range, init_std=c.init_std, proj_init_std=c.proj_init_std, norm=c.norm,
-                            original_numerics=c.original_numerics,
-                            rotary_fraction=c.rotary_fraction, t5_num_buckets=c.t5_num_buckets,
-                            t5_max_distance=c.t5_max_distance)
-
-
-# ## Norms by name (`norms.py`)
-
-def _norm_option(name: str, doc: str):
-    """Register the norm `name` (`norms.py`) as an option of both configs' `norm` item."""
-    def choose(c):
-        return name
-    choose.__doc__ = doc
-    option(TransformerConfigs.norm, name)(choose)
-    option(TransformerXLConfigs.norm, name)(choose)
-
-
-_norm_option('layer_norm', 'LayerNorm (Ba et al., 2016): re-centred and re-scaled, with a gain and a bias')
-_norm_option('rms_norm', 'RMSNorm (Zhang & Sennrich, 2019): re-scaled by the root mean square, with a gain only')
-
-
-# ## Attention variants by name
-
-for _name, _attn_type in (('relative', 0), ('learnable', 1), ('absolute', 2), ('absolute_deeper', 3), ('rotary', 4),
-                          ('alibi', 5), ('t5_bias', 6)):
-    aggregate(TransformerXLConfigs.attention, _name, (TransformerXLConfigs.attn_type, _attn_type))
-
-
-# ## Presets of the original run scripts: the model and evaluation columns of `presets.py`'s table
-
-for _name, _row in PRESETS.items():
-    aggregate(TransformerXLConfigs.preset, _name,
-              *((getattr(TransformerXLConfigs, column), copy.copy(value)) for column, value in _row.items()
-                if column not in TRAINING_COLUMNS),
-              (TransformerXLConfigs.test_same_length, True))
+# Every scheme of the registry, now and later (`positions/registry.py`), as an option of the three attentions
+for _name in registry.SCHEMES:
+    _scheme_options(_name)
+registry.LISTENERS.append(_scheme_options)

@@ -1,16 +1,16 @@
 r"""
 # Which implementation computes it: the one place that decides
 
-Every formula of this package is written once, readably: attention in `relative_attention.py` (the
+Every formula of this package is written once, readably: attention in `attention/reference.py` (the
 specification), the layers in their modules. Faster implementations of the same numbers exist:
 
 | operation | implementations, in the order they are tried |
 | --- | --- |
-| attention (relative or plain) | `kernel` (ours, `native/attention.py`), `sdpa` (`scaled_dot_product_attention`, the position terms as its bias), `composite` (head-major PyTorch, `attention_heads.py`), `reference` (`relative_attention.py`) |
+| attention (relative or plain) | `kernel` (ours, `native/attention.py`), `sdpa` (`scaled_dot_product_attention`, the position terms as its bias), `composite` (head-major PyTorch, `attention/composite.py`), `reference` (`attention/reference.py`) |
 | linear layer | `few rows` (ours, `native/few_rows_linear.py`), `prepacked` (oneDNN, `prepacked_linear.py`), `F.linear` |
 | residual + layer norm | `kernel` (`native/layer_norm.py`), `PyTorch` |
 | dropout | `kernel` (`native/dropout.py`), `16-bit` (`dropout.py`), `nn.Dropout` |
-| a Transformer-XL model's layers, a few rows | `fused` (all layers in one call of ours, `native/decoder_layer.py` through `xl/fused_step.py`), `modules` (each layer's modules, each operation chosen as above) |
+| a Transformer-XL model's layers, a few rows | `fused` (all layers in one call of ours, `native/decoder_layer.py`, given them by `xl/fused_step.py`), `modules` (each layer's modules, each operation chosen as above) |
 
 This module chooses among them, once per call, from the inputs and the state of the run: device, dtype, whether
 gradients are recorded, autocast, `torch.compile`, dropout, the mask. Model code asks it (`attend`, `linear`,
@@ -28,13 +28,15 @@ layer norm): the original's computation, to compare against. Dropout draws the s
 import contextlib
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.nn.modules import module as module_hooks
 
-from . import prepacked_linear
+# (`dropout` calls `dropout_path` here: a module import, read at call time, whichever is imported first)
+from . import dropout as seeded_dropout, prepacked_linear
 from ..attention.composite import composite_attention, rotate_heads, sdpa_attention
 from ..attention.masks import decoder_key_window, heads_mask
 from ..errors import require_one_of
@@ -45,6 +47,9 @@ from .native import few_rows_linear as native_few_rows
 from .native import layer_norm as native_layer_norm
 from .native.build import native_kernels_enabled
 from ..attention.reference import RelativeTerms, attention, scores_of_terms
+
+if TYPE_CHECKING:
+    from ..xl.fused_step import LayerParts
 
 def check_impl(impl: str) -> str:
     """`impl`, or a `ValueError` naming what is accepted."""
@@ -160,12 +165,19 @@ def _may_mask_a_whole_row(masked: Optional[torch.Tensor], window: Optional[int])
     return masked is not None and window is None and bool(masked.all(dim=1).any())
 
 
-def _kernel_refusal(plan: Plan, q: torch.Tensor, klen: int, terms: Optional[RelativeTerms], window: Optional[int],
+def _kernel_refusal(plan: Plan, klen: int, terms: Optional[RelativeTerms], window: Optional[int],
                     tensors: List[torch.Tensor]) -> Optional[str]:
+    """Why our attention kernel may not compute an attention of these terms over `klen` keys, or None."""
     if terms is None or terms.table is None:
         return "no relative table (the kernel computes Transformer-XL's position terms with one)"
     if terms.table.shape[-2] < klen:
         return f'a table of {terms.table.shape[-2]} entries for {klen} keys: the kernel reads one entry per distance'
+    return _kernel_run_refusal(plan, window, tensors)
+
+
+def _kernel_run_refusal(plan: Plan, window: Optional[int], tensors: List[torch.Tensor]) -> Optional[str]:
+    """Why our attention kernel may not run in this call, on these tensors, each query seeing `window` keys (None:
+    not a decoder's window), whatever the position terms; or None."""
     if not plan.native:
         return 'our kernels are disabled (LABML_TXL_NATIVE=0 or native.disabled())'
     if plan.device_type != 'cpu':
@@ -205,7 +217,7 @@ def choose_attention(plan: Plan, q: torch.Tensor, klen: int, masked: Optional[to
     elif round_scores_to_float32 and q.dtype == torch.float64:
         # (in float32 or narrower the rounding changes nothing: every implementation serves)
         common = 'float64 scores are rounded to float32 before the softmax (only the reference shows them)'
-    kernel = common or _kernel_refusal(plan, q, klen, terms, window, [q] + tensors)
+    kernel = common or _kernel_refusal(plan, klen, terms, window, [q] + tensors)
     if kernel is None and need_weights:
         kernel = 'the weights are asked for (need_weights), which the kernel never keeps'
     if kernel is None and _dropout_active(dropout):
@@ -340,12 +352,15 @@ def _prepacked_refusal(plan: Plan, x: torch.Tensor, weight: torch.Tensor) -> Opt
 
 
 def linear(plan: Plan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
-           relu: bool = False) -> torch.Tensor:
-    r"""$x W^\top + b$ (and $\max(0, \cdot)$ of it with `relu`): by our kernel for a few rows, by oneDNN with
-    `weight` prepacked for more, where they serve, else `F.linear`.
+           relu: bool = False, dropout: Optional[nn.Module] = None) -> torch.Tensor:
+    r"""$x W^\top + b$, and with `relu` $\max(0, \cdot)$ of it, then `dropout` (a `fast.dropout.Dropout`) on that: by our
+    kernel for a few rows, by oneDNN with `weight` prepacked for more, where they serve, else `F.linear`. The ReLU is
+    applied by the product itself, or, where the dropout draws a mask, together with it in place (`relu_dropout_`).
 
     Shape:
         `x` `[..., in_features]`, `weight` `[out_features, in_features]`, `bias` `[out_features]` or None."""
+    if relu and _dropout_active(dropout):
+        return seeded_dropout.relu_dropout_(linear(plan, x, weight, bias), dropout)
     few_rows = _few_rows_refusal(plan, x, weight, bias)
     candidates = [('few rows', few_rows)]
     if few_rows is not None:
@@ -353,26 +368,77 @@ def linear(plan: Plan, x: torch.Tensor, weight: torch.Tensor, bias: Optional[tor
         candidates.append(('prepacked', _prepacked_refusal(plan, x, weight)))
     chosen = _decide('linear', candidates + [('F.linear', None)])
     if chosen == 'few rows':
-        return native_few_rows.few_rows_linear(x, weight, bias, relu)
-    if chosen == 'prepacked':
-        return prepacked_linear.prepacked_linear(x, weight, bias, relu)
-    y = F.linear(x, weight, bias)
-    return torch.relu_(y) if relu else y
+        y = native_few_rows.few_rows_linear(x, weight, bias, relu)
+    elif chosen == 'prepacked':
+        y = prepacked_linear.prepacked_linear(x, weight, bias, relu)
+    else:
+        y = F.linear(x, weight, bias)
+        y = torch.relu_(y) if relu else y
+    return y if dropout is None else dropout(y)
 
 
-def attention_kernel_refusal(plan: Plan, x: torch.Tensor, klen: int, terms: Optional[RelativeTerms],
-                             window: Optional[int]) -> Optional[str]:
-    """Why our attention kernel may not compute an attention of these `terms` over `klen` keys, each query seeing
-    `window` (None: not a decoder's window), on inputs like `x`, or None (for the fused call of `decoder_layers`,
-    which keeps no weights and runs no attention dropout)."""
-    return _kernel_refusal(plan, x, klen, terms, window, [x] + ([] if terms is None else terms.tensors()))
+def _has_hooks(modules: Sequence[nn.Module]) -> bool:
+    """Whether calling these modules would run a hook: their own or a global one (`nn.Module.__call__`'s test)."""
+    return bool(module_hooks._global_forward_hooks or module_hooks._global_forward_pre_hooks
+                or module_hooks._global_backward_hooks or module_hooks._global_backward_pre_hooks
+                or any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+                       for m in modules))
 
 
-def decoder_layers(plan: Plan, rows: int, fused_refusal: Callable[[], Optional[str]]) -> str:
-    """How a Transformer-XL model's layers run `rows` rows (`qlen * bsz`): `'fused'` (`xl/fused_step.py`: all of them
-    in one call of our decoder-layer kernel) or `'modules'` (each layer's modules, each operation chosen here as it
-    comes). `fused_refusal()` says why the kernel cannot take a layer, its attention, memory or weights; it is asked
-    only where nothing of the run refuses first."""
+def _layer_structure_refusal(layer: 'LayerParts') -> Optional[str]:
+    """Why the decoder-layer kernel cannot compute this layer whatever the call, or None."""
+    if not all(type(module).forward.__module__.startswith('labml_txl.xl.')
+               for module in (layer.modules[0], layer.attn, layer.ff)):
+        return 'a class overrides forward, which the fused call would not run'
+    if len(layer.attn.projection_weights()) != 1:
+        return ('absolute positions or a scheme of their own (attention types 2 to 6): the kernel computes '
+                "Transformer-XL's relative attention, with a table")
+    if not getattr(type(layer.attn).get_scores, 'scores_from_terms', False):
+        return 'the scores come from an overridden get_scores, which only the reference calls'
+    for norm in (layer.attn.layer_norm, layer.ff.layer_norm):
+        if not (type(norm) is nn.LayerNorm and norm.weight is not None and norm.bias is not None
+                and len(norm.normalized_shape) == 1):
+            return f'a {type(norm).__name__}: the kernel computes an affine LayerNorm over the last axis'
+    return None
+
+
+def _layer_refusal(plan: Plan, x: torch.Tensor, klen: int, window: int, layer: 'LayerParts',
+                   memory_kept: bool) -> Optional[str]:
+    """Why the decoder-layer kernel may not compute this layer in this call, or None."""
+    structure = _layer_structure_refusal(layer)
+    if structure is not None:
+        return structure
+    if _has_hooks(layer.modules):
+        return 'a module of the layer has hooks, which the fused call would not run'
+    attention = _kernel_run_refusal(plan, window, [x])
+    if attention is not None:
+        return f'the attention kernel does not serve it: {attention}'
+    if any(dropout.training and dropout.p > 0 for dropout in layer.dropouts):
+        return 'dropout in training'
+    if not memory_kept:
+        return ("the memory's keys and values are not kept (a memory this model did not return, or changed "
+                "parameters): projecting the memory is not a few rows")
+    if x.dtype != torch.float32 or not all(w.dtype == torch.float32 and w.is_contiguous() for w in layer.weights):
+        return 'the kernel takes float32 inputs and contiguous float32 weights'
+    return None
+
+
+def decoder_layers(plan: Plan, x: torch.Tensor, klen: int, window: int, layers: Sequence['LayerParts'],
+                   memory_kept: Sequence[bool]) -> str:
+    """
+    How a Transformer-XL model's layers run on `x`: `'fused'` (all of them in one call of our decoder-layer kernel,
+    `xl/fused_step.py`) or `'modules'` (each layer's modules, each operation chosen here as it comes).
+
+    Args:
+        plan: the call's plan.
+        x: the first layer's input `[qlen, bsz, d_model]`.
+        klen: how many keys: the memory's and the segment's.
+        window: how many keys up to its own position each query sees.
+        layers: what the kernel would read of each layer (`xl/fused_step.LayerParts`).
+        memory_kept: per layer, whether the keys and values of its memory are at hand (kept from the step before, or
+            no memory): the kernel does not project a memory.
+    """
+    rows = x.shape[0] * x.shape[1]
     fused = _inference_refusal(plan)
     if fused is None and not plan.native:
         fused = 'our kernels are disabled'
@@ -380,9 +446,29 @@ def decoder_layers(plan: Plan, rows: int, fused_refusal: Callable[[], Optional[s
         fused = f'{rows} rows: its products are for 1 to {native_few_rows.MOST_ROWS} (generation\'s steps)'
     if fused is None and not native_decoder_layer.kernel_available():
         fused = 'the decoder-layer kernel could not be built, or failed its first check'
-    if fused is None:
-        fused = fused_refusal()
+    for i, (layer, kept) in enumerate(zip(layers, memory_kept)):
+        if fused is not None:
+            break
+        refusal = _layer_refusal(plan, x, klen, window, layer, kept)
+        fused = None if refusal is None else f'layer {i}: {refusal}'
     return _decide('decoder layers', [('fused', fused), ('modules', None)])
+
+
+def memory_projection(plan: Plan) -> str:
+    """How a Transformer-XL attention projects its memory: `'apart'` (the segment by $[W_q; W_k; W_v]$, the memory by
+    $[W_k; W_v]$ only, or not at all where its keys and values are kept) or `'with the segment'` (the original's one
+    product of `[memory, segment]`, the memory's queries dropped). The same numbers; apart saves a third of the
+    memory's product."""
+    refusal = "impl='reference' projects as the original" if plan.impl == 'reference' else None
+    return _decide('memory projection', [('apart', refusal), ('with the segment', None)])
+
+
+def softmax_clusters(plan: Plan) -> str:
+    """Which clusters of an adaptive softmax a loss computes: `'target clusters'` (for each row only its target's
+    cluster, the rows gathered per cluster: data-dependent shapes) or `'every cluster'` (every row over the whole
+    vocabulary, then the target's entry)."""
+    refusal = 'inside torch.compile: no data-dependent shapes' if plan.compiling else None
+    return _decide('adaptive softmax', [('target clusters', refusal), ('every cluster', None)])
 
 
 def residual_layer_norm(plan: Plan, residual: torch.Tensor, x: torch.Tensor, layer_norm: nn.LayerNorm) -> torch.Tensor:

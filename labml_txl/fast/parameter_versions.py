@@ -3,7 +3,7 @@ r"""
 
 Every in-place change of a tensor bumps its version counter (`tensor._version`), and this package's caches of
 values derived from parameters trust it: the keys and values kept for a memory (`xl/kv_memo.py`), the projected
-relative table (`RelPartialLearnableMultiHeadAttn._projected_table`) and the prepacked weights
+relative table (`fast.kept.KeptValue`) and the prepacked weights
 (`prepacked_linear.py`) are used only while the parameters' versions are those they were made at.
 
 PyTorch's fused optimizers (`Adam(fused=True)`, `AdamW(fused=True)`, `SGD(fused=True)`, which the trainer's

@@ -14,14 +14,15 @@ Positions: the queries are the last `seq_q` of the `seq_k` key positions, as for
 sees keys $j \le i$, so $|i - j| = i - j$, the paper's bias; an encoder sees the same penalty on both sides.
 """
 import math
-from typing import List, Optional
+from typing import List
 
 import torch
+from torch import nn
 
-from ..fast.dispatch import Plan
-from ..transformer.mha import MultiHeadAttention
-from .encoding import relative_distances
 from ..attention.reference import RelativeTerms
+from ..fast.dispatch import Plan
+from .encoding import relative_distances
+from .scheme import PositionScheme
 
 
 def alibi_slopes(heads: int) -> List[float]:
@@ -43,25 +44,20 @@ def alibi_entry_bias(distances: torch.Tensor, slopes: torch.Tensor, scale: float
     return -slopes.to(distances.dtype)[:, None] * distances.abs()[None, :] / scale
 
 
-class AlibiMultiHeadAttention(MultiHeadAttention):
+class Alibi(PositionScheme):
     """
-    Multi-head attention with ALiBi's linear distance biases (and no position embeddings of its own).
+    Linear distance biases per head, the paper's fixed slopes (ALiBi).
 
-    Args:
-        heads, d_model, dropout_prob, bias, impl: as `MultiHeadAttention`.
-
-    Shape:
-        as `MultiHeadAttention`.
+    On the attention: the buffer `slopes` (not a parameter, not in a checkpoint).
     """
 
-    def __init__(self, heads: int, d_model: int, dropout_prob: float = 0.1, bias: bool = True, *,
-                 impl: str = 'auto'):
-        super().__init__(heads, d_model, dropout_prob=dropout_prob, bias=bias, impl=impl)
+    def add_parameters(self, attn: nn.Module, d_model: int, heads: int, d_head: int) -> None:
         # $m_h$, fixed (a buffer, so it moves with the module, not a parameter or a checkpoint entry)
-        self.register_buffer('slopes', torch.tensor(alibi_slopes(heads)), persistent=False)
+        attn.register_buffer('slopes', torch.tensor(alibi_slopes(heads)), persistent=False)
 
-    def position_terms(self, plan: Plan, seq_q: int, seq_k: int, like: torch.Tensor) -> Optional[RelativeTerms]:
+    def terms(self, attn: nn.Module, plan: Plan, seq_q: int, seq_k: int, like: torch.Tensor,
+              full_table: bool) -> RelativeTerms:
         r"""$q_i^\top k_j - m_h |i - j| \sqrt{d_k}$ before the scale $1/\sqrt{d_k}$, which leaves the paper's
-        $\frac{q_i^\top k_j}{\sqrt{d_k}} - m_h |i - j|$: a bias per distance of the encoder's table (every pair)."""
-        distances = relative_distances(seq_q, seq_k, bidirectional=True, dtype=like.dtype, device=like.device)
-        return RelativeTerms(entry_bias=alibi_entry_bias(distances, self.slopes, self.scale))
+        $\frac{q_i^\top k_j}{\sqrt{d_k}} - m_h |i - j|$: a bias per distance of the table."""
+        distances = relative_distances(seq_q, seq_k, bidirectional=full_table, dtype=like.dtype, device=like.device)
+        return RelativeTerms(entry_bias=alibi_entry_bias(distances, attn.slopes, attn.scale))

@@ -12,7 +12,7 @@ Transformer-XL encodes *distances* with the same frequencies, sines and cosines 
 interleaved (`sinusoidal_embeddings`), for the distances of its relative table (`relative_distances`).
 
 RoFormer (Su et al., 2021) turns the same frequencies into rotations of queries and keys by position (`rotate`;
-the formula is in `rotary_mha.py`, the scheme's page).
+the formula is in `rotary.py`, the scheme's page).
 """
 import math
 from typing import Optional
@@ -97,7 +97,7 @@ def relative_distances(qlen: int, klen: int, *, bidirectional: bool, clamp_len: 
 
 def rotate(x: torch.Tensor, positions: torch.Tensor, d_rotary: int, seq_dim: int = 0) -> torch.Tensor:
     r"""
-    RoFormer's rotation (`rotary_mha.py`) of the first `d_rotary` features of `x` by the angles $m \theta_i$ of its
+    RoFormer's rotation (`rotary.py`) of the first `d_rotary` features of `x` by the angles $m \theta_i$ of its
     `positions` $m$, along the axis `seq_dim`; the other features pass as they are.
 
     Shape:

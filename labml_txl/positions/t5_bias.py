@@ -17,16 +17,16 @@ its unscaled scores.
 Positions: the queries are the last `seq_q` of the `seq_k` key positions, as for `'relative'`.
 """
 import math
-from typing import Optional, Tuple
+from typing import Tuple
 
 import torch
 from torch import nn
 
-from ..fast.dispatch import Plan
-from ..errors import require_bool, require_positive_int
-from ..transformer.mha import MultiHeadAttention
-from .encoding import relative_distances
 from ..attention.reference import RelativeTerms
+from ..errors import require_bool, require_positive_int
+from ..fast.dispatch import Plan
+from .encoding import relative_distances
+from .scheme import PositionScheme, SchemeSettings
 
 
 def relative_position_bucket(distance: torch.Tensor, bidirectional: bool, num_buckets: int,
@@ -71,36 +71,39 @@ def check_t5_buckets(num_buckets: int, max_distance: int, bidirectional: bool,
                          f"{max_exact}) must be at least 1 and fewer than {names[1]}")
 
 
-class T5BiasMultiHeadAttention(MultiHeadAttention):
+class T5Bias(PositionScheme):
     """
-    Multi-head attention with T5's learned relative position bias per head and distance bucket.
+    T5's learned bias per head and distance bucket.
+
+    On the attention: `relative_attention_bias` `[num_buckets, heads]`.
 
     Args:
-        heads, d_model, dropout_prob, bias, impl: as `MultiHeadAttention`.
         bidirectional: buckets for both directions (an encoder) or for keys up to the query only (a decoder).
         num_buckets: number of buckets (per direction half of them when bidirectional); at least 2 (4
             bidirectional).
         max_distance: the distance from which every key shares the last bucket; more than `num_buckets / 2`
             (a quarter of them bidirectional).
-
-    Shape:
-        as `MultiHeadAttention`.
     """
 
-    def __init__(self, heads: int, d_model: int, dropout_prob: float = 0.1, bias: bool = True, *,
-                 bidirectional: bool = True, num_buckets: int = 32, max_distance: int = 128, impl: str = 'auto'):
-        super().__init__(heads, d_model, dropout_prob=dropout_prob, bias=bias, impl=impl)
+    def __init__(self, bidirectional: bool = True, num_buckets: int = 32, max_distance: int = 128):
         require_bool('bidirectional', bidirectional)
         check_t5_buckets(num_buckets, max_distance, bidirectional)
         self.bidirectional, self.num_buckets, self.max_distance = bidirectional, num_buckets, max_distance
-        # $b_{h, \mathop{bucket}}$
-        self.relative_attention_bias = nn.Embedding(num_buckets, heads)
 
-    def position_terms(self, plan: Plan, seq_q: int, seq_k: int, like: torch.Tensor) -> Optional[RelativeTerms]:
+    @classmethod
+    def from_settings(cls, settings: SchemeSettings) -> 'T5Bias':
+        return cls(settings.bidirectional, settings.t5_num_buckets, settings.t5_max_distance)
+
+    def add_parameters(self, attn: nn.Module, d_model: int, heads: int, d_head: int) -> None:
+        # $b_{h, \mathop{bucket}}$
+        attn.relative_attention_bias = nn.Embedding(self.num_buckets, heads)
+
+    def terms(self, attn: nn.Module, plan: Plan, seq_q: int, seq_k: int, like: torch.Tensor,
+              full_table: bool) -> RelativeTerms:
         r"""$q_i^\top k_j + b_{h, \mathop{bucket}(i - j)} \sqrt{d_k}$ before the scale $1/\sqrt{d_k}$, which leaves
-        $\frac{q_i^\top k_j}{\sqrt{d_k}} + b_{h, \mathop{bucket}(i - j)}$: a bias per distance of the encoder's table
-        (every pair; a causal one puts the keys after the query in bucket 0)."""
-        distances = relative_distances(seq_q, seq_k, bidirectional=True, dtype=torch.long, device=like.device)
-        entry_bias = t5_entry_bias(distances, self.relative_attention_bias, self.bidirectional, self.num_buckets,
-                                   self.max_distance, self.scale)
+        $\frac{q_i^\top k_j}{\sqrt{d_k}} + b_{h, \mathop{bucket}(i - j)}$: a bias per distance of the table (a
+        causal one puts the keys after the query in bucket 0)."""
+        distances = relative_distances(seq_q, seq_k, bidirectional=full_table, dtype=torch.long, device=like.device)
+        entry_bias = t5_entry_bias(distances, attn.relative_attention_bias, self.bidirectional, self.num_buckets,
+                                   self.max_distance, attn.scale)
         return RelativeTerms(entry_bias=entry_bias.to(like.dtype))

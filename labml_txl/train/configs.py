@@ -11,7 +11,7 @@ from typing import Optional
 import torch
 from labml.configs import aggregate, option
 
-from ..configs.transformer import TransformerXLConfigs
+from ..configs.xl import TransformerXLConfigs
 from ..data import Corpus, get_corpus
 from ..errors import closest, describe_choices, require_positive_int
 from ..configs.presets import PRESETS, TRAINING_COLUMNS

@@ -11,7 +11,7 @@ with a second projection $V$:
 $$FFN_{gated}(x) = \bigl(f(x W_1 + b_1) \otimes (x V + c)\bigr) W_2 + b_2$$
 
 which with $f = \sigma$ is GLU, identity is Bilinear, ReLU ReGLU, GELU GEGLU and Swish SwiGLU
-(the paper drops the biases). `FeedForwardConfigs` in `configs.py` names these variants.
+(the paper drops the biases). `FeedForwardConfigs` in `configs/transformer.py` names these variants.
 """
 import torch
 from torch import nn

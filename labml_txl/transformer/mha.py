@@ -8,9 +8,10 @@ $$\mathop{Attention}(Q, K, V) = \underset{seq}{\mathop{softmax}}\Bigl(\frac{Q K^
 computed in $h$ heads of $d_k = d_{model} / h$ features, each with its own projections of the query, key and
 value, then concatenated and projected back to $d_{model}$.
 
-The scores $A_{i,j}$ come from one hook, `get_scores` (labml_nn's): a positional scheme is a subclass that either
-says what it adds in `position_terms` (the package's schemes: relative, rotary, ALiBi, T5 bias) or overrides
-`get_scores` (`docs/attention.md` works one through). How the attention is computed is `dispatch.attend`'s
+The scores $A_{i,j}$ come from one hook, `get_scores` (labml_nn's), which reads the position terms of the attention's
+positional scheme (`positions=`, a `PositionScheme` of `labml_txl/positions/`: relative, rotary, ALiBi, T5 bias, by
+name in `positions/registry.py`; `docs/attention.md` adds one); a subclass may also override `get_scores` with any
+score. How the attention is computed is `dispatch.attend`'s
 choice: `scaled_dot_product_attention` where it serves, else the head-major composite, or the readable reference
 (`impl='reference'`, or a `get_scores` of a subclass's own, which only the reference calls).
 
@@ -31,6 +32,7 @@ from ..fast.dispatch import Plan, check_impl
 from ..fast.dropout import Dropout
 from ..errors import require_bool, require_positive_int, require_probability
 from ..attention.reference import RelativeTerms, scores_of_terms
+from ..positions.scheme import PositionScheme
 
 
 def check_heads(heads: int, d_model: int) -> int:
@@ -53,18 +55,21 @@ class MultiHeadAttention(nn.Module):
         d_model: number of features of queries, keys and values; divisible by `heads`.
         dropout_prob: dropout on the attention weights.
         bias: whether the projections have biases.
+        positions: the positional scheme whose terms the scores add (`labml_txl/positions/`, one scheme object per
+            attention, which registers its parameters on this module), or None (positions, if any, are the
+            inputs').
         impl: `'auto'` (the dispatcher picks the fastest implementation that serves each call) or `'reference'`
-            (the readable specification, `relative_attention.py`).
+            (the readable specification, `attention/reference.py`).
 
     Shape:
         `query` `[seq_q, batch, d_model]`, `key` and `value` `[seq_k, batch, d_model]`,
         `mask` boolean `[seq_q or 1, seq_k, batch or 1]` (True where attention is allowed);
         output `[seq_q, batch, d_model]`, and with `need_weights=True` also the attention weights
-        `[seq_q, seq_k, batch, heads]`.
+        `[seq_q, seq_k, batch, heads]`. A query with every key masked attends to nothing (zero weights).
     """
 
     def __init__(self, heads: int, d_model: int, dropout_prob: float = 0.1, bias: bool = True, *,
-                 impl: str = 'auto'):
+                 positions: Optional[PositionScheme] = None, impl: str = 'auto'):
         super().__init__()
         self.d_k = check_heads(heads, d_model)
         require_probability('dropout_prob', dropout_prob)
@@ -80,6 +85,15 @@ class MultiHeadAttention(nn.Module):
         # $\frac{1}{\sqrt{d_k}}$
         self.scale = 1 / math.sqrt(self.d_k)
         self.impl = check_impl(impl)
+        if positions is not None and not isinstance(positions, PositionScheme):
+            raise TypeError(f"positions={positions!r} is not accepted: a PositionScheme (labml_txl/positions/, "
+                            f"e.g. Rotary(), or registry.build(name, settings)) or None")
+        if positions is not None and positions.needs_model_positions:
+            raise ValueError(f"positions={type(positions).__name__}() is not accepted: its positions are given by a "
+                             f"model that owns them (MemTransformerLM), which MultiHeadAttention has not")
+        self.positions = positions
+        if positions is not None:
+            positions.attach(self, d_model, heads, self.d_k)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
@@ -115,13 +129,12 @@ class MultiHeadAttention(nn.Module):
     @dispatch.scores_from_terms
     def get_scores(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         r"""
-        The hook for the scores: $A_{i,j} = q_i^\top k_j$ with the position terms of `position_terms` (none here),
+        The hook for the scores: $A_{i,j} = q_i^\top k_j$ with the position terms of the scheme (`position_terms`),
         before the scale $1/\sqrt{d_k}$ and the softmax.
 
-        Override it for another positional scheme (labml_nn's `get_scores`); the reference path then calls the
-        override. A scheme that says what it adds in `position_terms` instead (`RelativeTerms`: a relative table,
-        a bias per distance, a rotation) keeps this hook, and the faster implementations compute the same scores
-        without calling it.
+        A positional scheme says what it adds as `RelativeTerms` (a relative table, a bias per distance, a rotation),
+        which the faster implementations compute without calling this hook. An override (labml_nn's `get_scores`)
+        may compute any score; only the reference path calls it.
 
         Shape:
             `query` `[seq_q, batch, heads, d_k]`, `key` `[seq_k, batch, heads, d_k]`; returns
@@ -132,8 +145,11 @@ class MultiHeadAttention(nn.Module):
 
     def position_terms(self, plan: Plan, seq_q: int, seq_k: int, like: torch.Tensor) -> Optional[RelativeTerms]:
         """The position terms of the scores (see `get_scores`) for `seq_q` queries that are the last of `seq_k` key
-        positions, in the dtype and on the device of `like`; None here (no positions in the attention)."""
-        return None
+        positions, in the dtype and on the device of `like`: the scheme's, of the full table (every pair scored; a
+        decoder passes its causal mask), or None without one."""
+        if self.positions is None:
+            return None
+        return self.positions.terms(self, plan, seq_q, seq_k, like, True)
 
     def forward(self, *, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 mask: Optional[torch.Tensor] = None,

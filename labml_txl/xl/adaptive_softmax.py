@@ -113,8 +113,8 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
             # $-\log p(w \mid h)$
             return -F.log_softmax(logit, dim=-1).gather(1, target[:, None]).squeeze(1)
 
-        if plan.compiling:
-            # No data-dependent shapes under `torch.compile`: every cluster for every row, then the target's
+        if dispatch.softmax_clusters(plan) == 'every cluster':
+            # Every cluster for every row, then the target's
             return -self.log_prob(hidden, plan=plan).gather(1, target[:, None]).squeeze(1)
         head_weight, head_bias = self._cluster_params(0)
         # $\log p_{head}(\cdot \mid h)$, `[N, shortlist + n_clusters]`

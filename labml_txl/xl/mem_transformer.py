@@ -47,7 +47,6 @@ counting them again at every segment; its reference files for 2 and 3 use no mem
 
 With `same_length`, every query attends to the same number (`mem_len`) of keys, as the paper's evaluation does.
 """
-from functools import partial
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -55,29 +54,31 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..attention.masks import decoder_window_mask
+from ..fast import dispatch
 from ..fast.dispatch import Plan, check_impl
 from ..fast.dropout import Dropout
 from ..errors import require_bool, require_positive_int, require_probability
 from ..transformer.norms import check_norm
 from ..positions.encoding import relative_distances
+from ..positions import registry
+from ..positions.learned_relative import last_rows
 from ..positions.rotary import rotary_features
+from ..positions.scheme import SchemeSettings
 from ..positions.t5_bias import check_t5_buckets
 from . import fused_step
+from .attention import KeysValues
+from .memory import ModelMemory
 from .formats import hf as hf_format
 from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
-from .append_buffer import joined_rows, keep_rows
 from .checks import check_cutoffs, check_lengths, check_tokens
 from .init import check_init, init_weights
-from .kv_memo import KeyValueMemo
-from .layers import DecoderLayer, RelLearnableDecoderLayer, RelPartialLearnableDecoderLayer
+from .layers import DecoderLayer
 from .log_uniform_sampler import LogUniformSampler, sample_logits
-from .multi_head_attn import MultiHeadAttn
-from .position_scheme_attn import AlibiMultiHeadAttn, RotaryMultiHeadAttn, T5BiasMultiHeadAttn
 from .positional_embedding import PositionalEmbedding
-from .rel_learnable_attn import last_rows
 
-ATTN_TYPES = (0, 1, 2, 3, 4, 5, 6)
+# The original's types, which `original_numerics` copies
+ORIGINAL_TYPES = (0, 1, 2, 3)
 # The types whose learned tables are sized by `tgt_len + ext_len + mem_len`, so `tgt_len` must be given
 LEARNED_TABLE_TYPES = (1, 3)
 
@@ -126,10 +127,12 @@ class MemTransformerLM(nn.Module):
         cutoffs: cluster boundaries of the adaptive embedding and softmax; `[]` for a plain softmax.
         adapt_inp: kept for the original's signature (it did not use it).
         same_length: every query attends to the same number of keys (`mem_len`).
-        attn_type: 0 relative (the paper), 1 learned relative, 2 absolute sinusoidal, 3 learned absolute; (new)
-            4 rotary, 5 ALiBi, 6 T5 bias, the absolute attention with the position terms of a scheme
-            (`position_scheme_attn.py`); `clamp_len` does not apply to them (T5's buckets stop at
-            `t5_max_distance` of their own).
+        attn_type: the positional scheme (`labml_txl/positions/registry.py`), by its integer or its name:
+            0 `'relative'` (the paper), 1 `'learnable'` (learned relative), 2 `'absolute'` (sinusoidal),
+            3 `'absolute_deeper'` (learned absolute); (new) 4 `'rotary'`, 5 `'alibi'`, 6 `'t5_bias'`, and any
+            scheme registered by name only, whose positions are its attention's (`clamp_len` does not apply to
+            them: T5's buckets stop at `t5_max_distance` of their own). Kept as `model.attn_type`, the integer
+            where the scheme has one.
         clamp_len: clip distances (types 0, 2) or the learned table (type 1) at this length; `<= 0` for none.
         sample_softmax: `> 0` trains with a sampled softmax over that many (times 2) log-uniform draws
             (and evaluates with the full softmax of `out_layer`); `<= 0` uses the adaptive softmax `crit`.
@@ -142,18 +145,18 @@ class MemTransformerLM(nn.Module):
             `attn_type` 0 rounded to float32 before the softmax (`attn_score.float()`: nothing changes in float32 or
             lower precision, in float64 the original's numbers to the last bits, at the cost of float32 rounding),
             and with `pre_lnorm` the queries of types 2 and 3 from the un-normalised input (the keys and values
-            from the normalised one). Not accepted with types 4 to 6, which the original does not have. It does not
+            from the normalised one). Not accepted with the types the original does not have (4 on). It does not
             copy the original's in-place addition of positions to the cached memories of types 2 and 3 (which
             counts them again at every segment: an aliasing bug, not a choice of numerics). Off by default.
 
         norm: (new) `'layer_norm'` (the original's) or `'rms_norm'` (RMSNorm, Zhang & Sennrich, 2019) in every
             layer (`labml_txl/transformer/norms.py`); either is kept as `layer_norm`, RMSNorm without a bias.
         rotary_fraction: (new) the fraction of each head's features that `attn_type` 4 rotates, in (0, 1].
-        t5_num_buckets, t5_max_distance: (new) the causal distance buckets of `attn_type` 6 (`t5_bias_mha.py`).
+        t5_num_buckets, t5_max_distance: (new) the causal distance buckets of `attn_type` 6 (`positions/t5_bias.py`).
         impl: (new) how to compute: `'auto'` (the default) lets `labml_txl.fast.dispatch` pick, per call, the fastest
             implementation that serves it (our C++ kernels, SDPA, the head-major composite, oneDNN's prepacked
             products; each refused path has a reason, `dispatch.recording()`); `'reference'` runs the readable
-            specification (`relative_attention.py`, `F.linear`, PyTorch's layer norm, the joint projection of
+            specification (`attention/reference.py`, `F.linear`, PyTorch's layer norm, the joint projection of
             memory and segment, nothing kept across calls), the original's computation, to compare against. The
             two agree to float rounding and draw the same dropout masks from the same seed. Also an attribute
             (`model.impl = 'reference'`): it chooses how to compute, not what, so configs and checkpoints do not
@@ -185,10 +188,9 @@ class MemTransformerLM(nn.Module):
                             ('same_length', same_length), ('untie_r', untie_r),
                             ('original_numerics', original_numerics)):
             require_bool(name, value)
-        if attn_type not in ATTN_TYPES:
-            raise ValueError(f"attn_type={attn_type!r} is not accepted: 0 (relative, the paper's), "
-                             f"4 (rotary), 5 (alibi), 6 (t5_bias), "
-                             f"1 (learned relative), 2 (absolute sinusoidal) or 3 (learned absolute)")
+        # The scheme's name, and its integer where it has one (a checkpoint's and Hugging Face's `attn_type`)
+        scheme = registry.scheme_name(attn_type)
+        attn_type = registry.ATTN_TYPES.get(scheme, scheme)
         if attn_type in (0, 2) and d_model % 2 != 0:
             raise ValueError(f"d_model={d_model} is not accepted with attn_type={attn_type}: its sinusoidal "
                              f"position embeddings pair a sine and a cosine per frequency, so d_model must be even")
@@ -219,9 +221,9 @@ class MemTransformerLM(nn.Module):
                              f"div_val={div_val}, d_embed={d_embed}, d_model={d_model}: the output layer "
                              f"[n_token, d_model] shares the single embedding table, which needs div_val=1 "
                              f"and d_embed=d_model")
-        if original_numerics and attn_type >= 4:
-            raise ValueError(f"original_numerics=True is not accepted with attn_type={attn_type}: the original has "
-                             f"attention types 0 to 3 only, so there are no numerics of its own to copy")
+        if original_numerics and attn_type not in ORIGINAL_TYPES:
+            raise ValueError(f"original_numerics=True is not accepted with attn_type={attn_type!r}: the original "
+                             f"has attention types 0 to 3 only, so there are no numerics of its own to copy")
         if untie_r and attn_type != 0:
             raise ValueError(f"untie_r=True is not accepted with attn_type={attn_type}: it unties the u, v "
                              f"biases of attn_type 0 (type 1 has per-layer biases already, 2 and 3 have none)")
@@ -230,12 +232,9 @@ class MemTransformerLM(nn.Module):
         # The settings of the schemes, checked whichever type is chosen
         rotary_features(d_head, rotary_fraction)
         check_t5_buckets(t5_num_buckets, t5_max_distance, False, names=('t5_num_buckets', 't5_max_distance'))
-        # The attention of types 2 to 6, with the settings of its scheme
-        scheme_attention = {4: partial(RotaryMultiHeadAttn, rotary_fraction=rotary_fraction),
-                            5: AlibiMultiHeadAttn,
-                            6: partial(T5BiasMultiHeadAttn, num_buckets=t5_num_buckets,
-                                       max_distance=t5_max_distance)}.get(
-            attn_type, partial(MultiHeadAttn, original_numerics=original_numerics))
+        # What every layer's scheme reads: a causal decoder's, with the layers' own u, v with `untie_r`
+        settings = SchemeSettings(bidirectional=False, rotary_fraction=rotary_fraction, t5_num_buckets=t5_num_buckets,
+                                  t5_max_distance=t5_max_distance, own_biases=untie_r)
         self.norm = norm
         self.original_numerics = original_numerics
 
@@ -263,17 +262,9 @@ class MemTransformerLM(nn.Module):
         self.attn_type = attn_type
         self.layers = nn.ModuleList()
         for _ in range(n_layer):
-            if attn_type == 0:
-                layer = RelPartialLearnableDecoderLayer(n_head, d_model, d_head, d_inner, dropout, dropatt=dropatt,
-                                                        pre_lnorm=pre_lnorm, untie_r=untie_r,
-                                                        original_numerics=original_numerics, norm=norm)
-            elif attn_type == 1:
-                layer = RelLearnableDecoderLayer(n_head, d_model, d_head, d_inner, dropout, dropatt=dropatt,
-                                                 pre_lnorm=pre_lnorm, norm=norm)
-            else:
-                layer = DecoderLayer(n_head, d_model, d_head, d_inner, dropout, dropatt=dropatt, pre_lnorm=pre_lnorm,
-                                     norm=norm, attn_class=scheme_attention)
-            self.layers.append(layer)
+            self.layers.append(DecoderLayer(n_head, d_model, d_head, d_inner, dropout, dropatt=dropatt,
+                                            pre_lnorm=pre_lnorm, positions=registry.build(scheme, settings),
+                                            original_numerics=original_numerics, norm=norm))
 
         self.sample_softmax = sample_softmax
         if sample_softmax > 0:
@@ -297,14 +288,9 @@ class MemTransformerLM(nn.Module):
         self.clamp_len = clamp_len
         self._create_params()
         init_weights(self, init=init, init_range=init_range, init_std=init_std, proj_init_std=proj_init_std)
-        # Position embeddings and masks of the segment shapes seen, by shape, dtype and device (not parameters)
-        self._cache = {}
-        # Keys and values of the memories, kept from the segment before in no-grad evaluation (`kv_memo.py`)
-        self._kv_memo = KeyValueMemo()
-        # What the decoder-layer kernel reads of each layer, for calls of a few rows (`fused_step.py`)
-        self._fused_layers = fused_step.FusedLayers()
-        # Per layer input, the append buffer whose window is the memory last returned (`append_buffer.py`)
-        self._mem_buffers = {}
+        # What evaluation keeps between calls: positions and masks, the memories' keys and values and buffers,
+        # what the decoder-layer kernel reads of each layer (`memory.py`)
+        self._memory = ModelMemory()
         self.impl = impl
 
     @property
@@ -324,22 +310,7 @@ class MemTransformerLM(nn.Module):
 
     def _drop_caches(self) -> None:
         """Forget the cached positions and masks, the kept keys and values and the memories' buffers."""
-        self._cache = {}
-        self._kv_memo.clear()
-        self._fused_layers.clear()
-        self._mem_buffers = {}
-
-    def _cached(self, plan: Plan, key: tuple, make):
-        """`make()`, kept under `key` where the plan keeps values of shapes (not while `torch.compile` traces: it
-        folds constants)."""
-        if not plan.keeps_shapes:
-            return make()
-        value = self._cache.get(key)
-        if value is None:
-            if len(self._cache) >= 16:
-                self._cache = {}
-            value = self._cache[key] = make()
-        return value
+        self._memory.clear()
 
     def _create_params(self):
         if self.attn_type == 0:
@@ -354,7 +325,7 @@ class MemTransformerLM(nn.Module):
             self.r_bias = nn.Parameter(torch.empty(self.n_layer, self.max_klen, self.n_head))
         elif self.attn_type == 2:
             self.pos_emb = PositionalEmbedding(self.d_model)
-        else:
+        elif self.attn_type == 3:
             self.r_emb = nn.Parameter(torch.empty(self.n_layer, self.max_klen, self.n_head, self.d_head))
 
     @staticmethod
@@ -502,62 +473,60 @@ class MemTransformerLM(nn.Module):
         """`_positions`, cached; the key holds the frequencies' version, so a loaded `inv_freq` is seen."""
         inv_freq = self.pos_emb.inv_freq
         key = ('pos', klen, self.clamp_len, dtype, device, inv_freq.data_ptr(), inv_freq._version)
-        return self._cached(plan, key, lambda: self._positions(qlen, klen, dtype, device))
+        return self._memory.shaped(plan, key, lambda: self._positions(qlen, klen, dtype, device))
 
     def _forward(self, plan: Plan, dec_inp: torch.Tensor, mems: Optional[List[torch.Tensor]]
                  ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
-        qlen, bsz = dec_inp.shape
-        word_emb = self.word_emb(dec_inp)
+        """The last layer's output `[qlen, bsz, d_model]` and the memories for the next segment."""
+        qlen = dec_inp.shape[0]
         mlen = mems[0].shape[0] if mems is not None and mems[0].dim() == 3 else 0
         klen = mlen + qlen
-        dec_attn_mask = self._cached(plan, ('mask', qlen, mlen, self.mem_len, self.same_length, word_emb.device),
-                                     lambda: self._attn_mask(qlen, mlen, word_emb.device))
-        # Without gradients, the keys and values of each memory are kept for the next segment (`kv_memo.py`), for
-        # the types whose memory is projected as it is (all but 2 and 3)
-        keep_kv = plan.keeps_caches and self.attn_type in (0, 1, 4, 5, 6) and self.mem_len > 0
-        if not keep_kv:
-            self._kv_memo.clear()
-
-        core_out = self.drop(word_emb)
+        # $h^0$, the word embeddings
+        core_out = self.drop(self.word_emb(dec_inp))
+        mask = self._memory.shaped(plan, ('mask', qlen, mlen, self.mem_len, self.same_length, core_out.device),
+                                   lambda: self._attn_mask(qlen, mlen, core_out.device))
         # The sinusoids of attention types 0 (distances) and 2 (window positions), `[klen, 1, d_model]`
         pos_emb = None
         if self.attn_type in (0, 2):
-            pos_emb = self.drop(self._cached_positions(plan, qlen, klen, word_emb.dtype, word_emb.device))
-        # The inputs of every layer, to be cached, and the keys and values of every layer's memory and segment
-        hids, kvs = [core_out], []
-
-        def layer_inputs(i: int, layer_in: torch.Tensor):
-            """Layer `i`'s input, position arguments, memory and that memory's kept keys and values."""
-            layer_in, mems_i, position_args = self._layer_inputs(i, layer_in, mems[i] if mlen > 0 else None, mlen,
-                                                                 klen, pos_emb)
-            mems_kv = self._kv_memo.lookup(i, mems_i, self.layers[i].dec_attn) if keep_kv else None
-            return layer_in, position_args, mems_i, mems_kv
-
-        # A few rows (generation's steps): every layer in one call of our kernel, where the dispatcher chooses it
-        stack = self._fused_layers.chosen_stack(plan, self.layers, core_out, lambda i: layer_inputs(i, core_out)[1:],
-                                                self._attention_window(klen))
-        if stack is not None:
-            outputs, kvs = fused_step.run(stack)
-            hids += outputs
-            core_out = outputs[-1]
+            pos_emb = self.drop(self._cached_positions(plan, qlen, klen, core_out.dtype, core_out.device))
+        # The keys and values of each memory, kept from the segment before where this call keeps them (`kv_memo.py`:
+        # without gradients, for the types whose memory is projected as it is, all but 2 and 3)
+        keep_kv = self._memory.keeps_keys_values(plan, exact=self.attn_type not in (2, 3) and self.mem_len > 0)
+        mems_kv = self._memory.kept_keys_values(self.layers, mems if mlen > 0 and keep_kv else None)
+        window, parts = self._attention_window(klen), self._memory.layer_parts(self.layers)
+        if dispatch.decoder_layers(plan, core_out, klen, window, parts, [mlen == 0 or kv is not None
+                                                                          for kv in mems_kv]) == 'fused':
+            hids, keys_values = self._fused_layers(plan, core_out, klen, window, parts, mems_kv, pos_emb)
         else:
+            hids, keys_values = [core_out], []
             for i, layer in enumerate(self.layers):
-                layer_in, position_args, mems_i, mems_kv = layer_inputs(i, core_out)
-                core_out = layer(layer_in, *position_args, dec_attn_mask=dec_attn_mask, mems=mems_i,
-                                 mems_kv=mems_kv, plan=plan, return_kv=keep_kv)
+                # $h^n = \mathop{Layer}^n(h^{n-1}, [\mathop{SG}(m^{n-1}) \circ h^{n-1}])$
+                layer_in, mems_i, position_args = self._layer_inputs(i, hids[-1], mems[i] if mlen > 0 else None,
+                                                                     mlen, klen, pos_emb)
+                out = layer(layer_in, *position_args, dec_attn_mask=mask, mems=mems_i, mems_kv=mems_kv[i],
+                            plan=plan, return_kv=keep_kv)
                 if keep_kv:
-                    core_out, kv = core_out
-                    kvs.append(kv)
-                hids.append(core_out)
+                    out, kv = out
+                    keys_values.append(kv)
+                hids.append(out)
+        new_mems = []
+        if mems is not None and self.mem_len > 0:
+            # $m^{n-1}_{\tau+1} = [m^{n-1}_\tau \circ h^{n-1}_{\tau+1}]_{[beg, end)}$
+            new_mems = self._memory.next_memories(plan, hids, mems, keys_values if keep_kv else [], self.layers,
+                                                  *self._mem_bounds(qlen, mlen))
+        return self.drop(hids[-1]), new_mems
 
-        core_out = self.drop(core_out)
-        new_mems = self._update_mems(plan, hids, mems, qlen, mlen)
-        if keep_kv and len(new_mems) > 0:
-            beg_idx, end_idx = self._mem_bounds(qlen, mlen)
-            for i, kv in enumerate(kvs):
-                # The same slice of the keys and values as of the states: `[2, bsz, n_head, beg:end, d_head]`
-                self._kv_memo.store(i, new_mems[i], kv.memory, kv.segment, beg_idx, end_idx, self.layers[i].dec_attn)
-        return core_out, new_mems
+    def _fused_layers(self, plan: Plan, core_out: torch.Tensor, klen: int, window: int,
+                      parts: List[fused_step.LayerParts], mems_kv: List[Optional[torch.Tensor]],
+                      pos_emb: Optional[torch.Tensor]) -> Tuple[List[torch.Tensor], List[KeysValues]]:
+        """Every layer's input and the last layer's output, and every layer's `KeysValues`, by one call of our
+        decoder-layer kernel (`fused_step.py`), each layer's position terms from its attention."""
+        qlen, mlen = core_out.shape[0], klen - core_out.shape[0]
+        terms = [layer.dec_attn.position_terms(plan, qlen, klen, core_out,
+                                               *self._layer_inputs(i, core_out, None, mlen, klen, pos_emb)[2])
+                 for i, layer in enumerate(self.layers)]
+        outputs, keys_values = fused_step.run(core_out, window, parts, terms, mems_kv)
+        return [core_out] + outputs, keys_values
 
     def _layer_inputs(self, i: int, core_out: torch.Tensor, mems_i: Optional[torch.Tensor], mlen: int, klen: int,
                       pos_emb: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Optional[torch.Tensor], tuple]:
@@ -573,46 +542,21 @@ class MemTransformerLM(nn.Module):
             if self.clamp_len > 0:
                 r_emb, r_bias = r_emb[-self.clamp_len:], r_bias[-self.clamp_len:]
             return core_out, mems_i, (r_emb, self.r_w_bias[i], r_bias)
-        if self.attn_type >= 4:
-            # Positions in the attention's scores: nothing added
-            return core_out, mems_i, ()
-        if self.attn_type == 2:
-            if i > 0:
-                return core_out, mems_i, ()
+        if self.attn_type == 2 and i == 0:
             # Sinusoidal positions of the window, added to the first layer's input
             return core_out + pos_emb[mlen:], None if mems_i is None else mems_i + pos_emb[:mlen], ()
-        # Learned embeddings of the `klen` window positions, `[klen, 1, d_model]`, added to every layer's input
-        table = last_rows(self.r_emb[i], klen).reshape(klen, 1, self.d_model)
-        return core_out + table[mlen:], None if mems_i is None else mems_i + table[:mlen], ()
+        if self.attn_type == 3:
+            # Learned embeddings of the `klen` window positions, `[klen, 1, d_model]`, added to every layer's input
+            table = last_rows(self.r_emb[i], klen).reshape(klen, 1, self.d_model)
+            return core_out + table[mlen:], None if mems_i is None else mems_i + table[:mlen], ()
+        # The other layers of type 2, and the schemes whose positions are their attention's own: nothing added
+        return core_out, mems_i, ()
 
     def _mem_bounds(self, qlen: int, mlen: int) -> Tuple[int, int]:
         """`[beg, end)` of `[memory, segment]` that becomes the next memory, by the original's rule (see the
         module docstring)."""
         end_idx = qlen + max(0, mlen - self.ext_len)
         return max(0, end_idx - self.mem_len), end_idx
-
-    def _update_mems(self, plan: Plan, hids: List[torch.Tensor], mems: Optional[List[torch.Tensor]], qlen: int,
-                     mlen: int) -> List[torch.Tensor]:
-        """The memories for the next segment: `[memory, segment][beg:end]` of every layer input, detached. In no-grad
-        evaluation (where the plan keeps caches) those that keep rows of the memory are windows of append buffers
-        (`append_buffer.py`): each segment writes only its own rows, and no returned memory is changed later."""
-        if mems is None or self.mem_len == 0:
-            return []
-        if not plan.keeps_caches:
-            self._mem_buffers = {}
-        with torch.no_grad():
-            beg_idx, end_idx = self._mem_bounds(qlen, mlen)
-            new_mems = []
-            for i, (m, h) in enumerate(zip(mems, hids)):
-                m = m if mlen > 0 else None
-                if not plan.keeps_caches:
-                    # (every segment's memories are new: no buffer with room to append to)
-                    new_mems.append(joined_rows(m, h, beg_idx, end_idx, dim=0).detach())
-                    continue
-                kept, self._mem_buffers[i] = keep_rows(self._mem_buffers.get(i), m, h, beg_idx, end_idx, dim=0)
-                # (a buffer's window holds no graph, and keeps its identity: the next segment appends to it)
-                new_mems.append(kept if self._mem_buffers[i] is not None else kept.detach())
-        return new_mems
 
     def forward(self, data: torch.Tensor, target: torch.Tensor, *mems: torch.Tensor) -> List[torch.Tensor]:
         """

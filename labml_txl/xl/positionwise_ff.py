@@ -15,7 +15,7 @@ from torch import nn
 
 from ..fast import dispatch
 from ..fast.dispatch import Plan
-from ..fast.dropout import Dropout, relu_dropout_
+from ..fast.dropout import Dropout
 from ..transformer.norms import make_norm
 
 
@@ -51,19 +51,16 @@ class PositionwiseFF(nn.Module):
         self.pre_lnorm = pre_lnorm
 
     def _core(self, plan: Plan, x: torch.Tensor) -> torch.Tensor:
-        """`CoreNet(x)`, with its ReLU (index 1, kept there so that the `Linear`s stay at 0 and 3) and first dropout
-        applied together by `relu_dropout_`: the same numbers, in place, with no mask kept where that dropout draws
-        its own."""
+        """`CoreNet(x)`: its ReLU (index 1, kept there so that the `Linear`s stay at 0 and 3) and first dropout are
+        applied by `dispatch.linear` with the first product, in place on it."""
         linear_1, _, dropout_1, linear_2, dropout_2 = self.CoreNet
         # On `[seq * batch, d]`: the product is then a tensor of its own, not a view, so the in-place step needs no
         # copy in autograd's backward
         x_rows = x.reshape(-1, x.shape[-1])
-        if dropout_1.training and dropout_1.p > 0:
-            h = relu_dropout_(dispatch.linear(plan, x_rows, linear_1.weight, linear_1.bias), dropout_1)
-        else:
-            # No dropout to apply: the ReLU by the product itself where oneDNN runs it
-            h = dispatch.linear(plan, x_rows, linear_1.weight, linear_1.bias, relu=True)
-        return dropout_2(dispatch.linear(plan, h, linear_2.weight, linear_2.bias)).view(x.shape[:-1] + (-1,))
+        # $\max(0, x W_1 + b_1)$, dropped out
+        h = dispatch.linear(plan, x_rows, linear_1.weight, linear_1.bias, relu=True, dropout=dropout_1)
+        # $h W_2 + b_2$, dropped out
+        return dispatch.linear(plan, h, linear_2.weight, linear_2.bias, dropout=dropout_2).view(x.shape[:-1] + (-1,))
 
     def forward(self, inp: torch.Tensor, *, plan: Optional[Plan] = None) -> torch.Tensor:
         plan = Plan.now(inp.device) if plan is None else plan

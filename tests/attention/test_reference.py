@@ -1,5 +1,5 @@
 """
-The shared relative-attention math (`labml_txl.attention.reference`) and `RelativeMultiHeadAttention` (each
+The shared relative-attention math (`labml_txl.attention.reference`) and `MultiHeadAttention` with `'relative'` (each
 implementation the dispatcher runs it by, and `impl='reference'`), against index-based and naive per-pair
 computations.
 """
@@ -14,7 +14,7 @@ from labml_txl.attention.masks import subsequent_mask
 from labml_txl.transformer.mha import MultiHeadAttention
 from labml_txl.positions.encoding import relative_distances
 from labml_txl.attention.reference import masked_softmax, relative_attention_scores, relative_shift
-from labml_txl.positions.relative import RelativeMultiHeadAttention
+from labml_txl.positions.relative import Relative
 
 from tolerance import assert_close_rounding, assert_same_function, rounding_bound
 
@@ -96,7 +96,7 @@ def sinusoid(distance: float, d_model: int) -> torch.Tensor:
                         dtype=torch.float64)
 
 
-def naive_relative_mha(mha: RelativeMultiHeadAttention, query, key, value, allowed):
+def naive_relative_mha(mha: MultiHeadAttention, query, key, value, allowed):
     """A_rel(i, j) = (a) + (b) + (c) + (d) for every pair in Python loops, then softmax, values, output."""
     seq_q, bsz, d_model = query.shape
     seq_k = key.shape[0]
@@ -130,7 +130,7 @@ def naive_relative_mha(mha: RelativeMultiHeadAttention, query, key, value, allow
 
 def _mha(d_model=8, heads=2, seed=3, impl='auto'):
     torch.manual_seed(seed)
-    mha = RelativeMultiHeadAttention(heads, d_model, dropout_prob=0.0, impl=impl).double().eval()
+    mha = MultiHeadAttention(heads, d_model, dropout_prob=0.0, impl=impl, positions=Relative()).double().eval()
     with torch.no_grad():
         mha.r_w_bias.normal_()
         mha.r_r_bias.normal_()
@@ -268,8 +268,8 @@ def test_relative_mha_weights_and_drop_in_interface(impl):
 def test_relative_mha_is_the_configs_drop_in():
     """Same constructor and forward keywords as MultiHeadAttention; same output shape for the same call."""
     x = torch.randn(4, 2, 8)
-    for cls in (MultiHeadAttention, RelativeMultiHeadAttention):
-        m = cls(heads=2, d_model=8, dropout_prob=0.1, bias=True)
+    for positions in (None, Relative()):
+        m = MultiHeadAttention(heads=2, d_model=8, dropout_prob=0.1, bias=True, positions=positions)
         assert m(query=x, key=x, value=x, mask=subsequent_mask(4)).shape == (4, 2, 8)
 
 
@@ -346,7 +346,7 @@ def test_masked_softmax_half_precision_large_scores(dtype):
 @pytest.mark.parametrize('impl', ['auto', 'reference'])
 def test_relative_mha_bf16_forward_is_finite(impl):
     torch.manual_seed(7)
-    mha = RelativeMultiHeadAttention(4, 32, dropout_prob=0.0, impl=impl).to(torch.bfloat16)
+    mha = MultiHeadAttention(4, 32, dropout_prob=0.0, impl=impl, positions=Relative()).to(torch.bfloat16)
     x = (torch.randn(16, 2, 32) * 30).to(torch.bfloat16)
     out = mha(query=x, key=x, value=x, mask=subsequent_mask(16))
     assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()

@@ -9,7 +9,7 @@ import torch
 from labml_txl.configs.validation import ConfigOptionError
 from labml_txl.configs import TransformerConfigs, TransformerXLConfigs
 from labml_txl.transformer.mha import MultiHeadAttention
-from labml_txl.positions.relative import RelativeMultiHeadAttention
+from labml_txl.positions.relative import Relative
 from labml_txl.xl import MemTransformerLM
 from tolerance import SAME_FUNCTION
 
@@ -115,8 +115,9 @@ def test_relative_option_of_transformer_configs_builds_the_relative_attention(at
     labml_experiment.configs(conf, {'encoder_attn': attention, 'src_embed': 'no_pos', 'd_model': 16,
                                     'n_heads': 4, 'n_layers': 2, 'n_src_vocab': 10, 'dropout': 0.0})
     encoder = conf.encoder.eval().double()
-    expected_class = RelativeMultiHeadAttention if attention == 'relative' else MultiHeadAttention
-    assert all(type(layer.self_attn) is expected_class for layer in encoder.layers)
+    expected_scheme = Relative if attention == 'relative' else type(None)
+    assert all(type(layer.self_attn) is MultiHeadAttention and type(layer.self_attn.positions) is expected_scheme
+               for layer in encoder.layers)
     with torch.no_grad():
         for layer in encoder.layers:
             if attention == 'relative':

@@ -14,9 +14,10 @@ from labml_txl.attention.masks import decoder_causal_mask, decoder_window_mask
 from labml_txl.fast.dispatch import Plan, RelativeTerms
 from labml_txl.fast.dropout import Dropout
 from labml_txl.attention.reference import dot_product_scores
-from labml_txl.positions.relative import RelativeMultiHeadAttention
+from labml_txl.positions.relative import Relative
 from labml_txl.xl import MemTransformerLM
-from labml_txl.xl.rel_partial_learnable_attn import RelPartialLearnableMultiHeadAttn
+from labml_txl.xl.attention import XLAttention
+from labml_txl.transformer.mha import MultiHeadAttention
 
 from tolerance import assert_close_rounding, assert_same_function, rounding_bound, xl_depths
 from xl.helpers import small_config
@@ -407,7 +408,7 @@ def test_impl_is_checked_with_a_message_naming_what_is_accepted():
     with pytest.raises(ValueError, match=r"impl='fast' is not accepted: 'auto' .* or 'reference'"):
         MemTransformerLM(**small_config(), impl='fast')
     with pytest.raises(ValueError, match=r"impl='fast' is not accepted: 'auto' .* or 'reference'"):
-        RelativeMultiHeadAttention(2, 8, impl='fast')
+        MultiHeadAttention(2, 8, impl='fast', positions=Relative())
     model = MemTransformerLM(**small_config())
     assert model.impl == 'auto'
     model.impl = 'reference'
@@ -446,7 +447,7 @@ def test_the_models_impl_chooses_the_reference_everywhere(attn_type, qlen, produ
 
 
 
-class _DistancePenalisedXLAttention(RelPartialLearnableMultiHeadAttn):
+class _DistancePenalisedXLAttention(XLAttention):
     r"""Transformer-XL's relative attention with one more term through the score hook: $- m\,|i - j|$."""
     slope = 0.0
 

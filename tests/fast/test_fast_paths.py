@@ -12,15 +12,16 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from labml_txl.fast import dispatch, native
-from labml_txl.attention.composite import pad_table, position_terms, relative_scores, relative_shift_view
+from labml_txl.attention.composite import composite_attention, pad_table, relative_shift_view, shifted_position_scores
 from labml_txl.attention.masks import decoder_causal_mask, decoder_window_mask, subsequent_mask
 from labml_txl.fast.dispatch import Plan, RelativeTerms
 from labml_txl.fast.dropout import Dropout
 from labml_txl.xl.generation import generate
 from labml_txl.fast.native import few_rows_linear as native_few_rows
 from labml_txl.attention.reference import masked_softmax, relative_attention_scores, relative_shift
-from labml_txl.positions.relative import RelativeMultiHeadAttention
+from labml_txl.positions.relative import Relative
 from labml_txl.xl import MemTransformerLM
+from labml_txl.transformer.mha import MultiHeadAttention
 
 from tolerance import assert_close_rounding, assert_same_function, xl_depths
 from xl.helpers import plain_and_fast, reference_files, small_config
@@ -80,11 +81,15 @@ def test_head_major_scores_equal_the_einsums(bidirectional):
     r = randn(klen + qlen - 1 if bidirectional else klen, heads, d)
     u, v = randn(heads, d), randn(heads, d)
     expected = relative_attention_scores(q, k, r, u, v).permute(2, 3, 0, 1)
-    fast = relative_scores(q.permute(1, 2, 0, 3), k.permute(1, 2, 0, 3), r.transpose(0, 1), u, v, None, scale=0.5)
     causal = torch.ones(qlen, klen, dtype=torch.bool).tril(klen - qlen)
     keep = torch.ones_like(causal) if bidirectional else causal
+    # The composite's weights are the softmax of its scores: against the softmax of the einsums' scaled scores
+    values = randn(bsz, heads, klen, d)
+    _, weights = composite_attention(q.permute(1, 2, 0, 3), k.permute(1, 2, 0, 3), values, 0.5, ~keep,
+                                     RelativeTerms(r.transpose(0, 1), content_bias=u, position_bias=v), None)
+    expected_weights = torch.softmax((0.5 * expected).masked_fill(~keep, float('-inf')), dim=-1)
     # Rule 1: float64 both
-    assert_same_function(fast[..., keep], 0.5 * expected[..., keep])
+    assert_same_function(weights, expected_weights)
 
 
 # -- the composite and SDPA implementations of `dispatch.attend` against the reference --
@@ -214,7 +219,7 @@ def _naive_causal_bias(q, r, v, scale, mlen):
 @pytest.mark.parametrize('qlen,mlen', [(1, 0), (1, 5), (4, 0), (4, 3), (5, 9)])
 @pytest.mark.parametrize('padded', [False, True], ids=['table', 'padded-table'])
 def test_sdpa_position_bias_equals_the_naive_masked_shifted_product(qlen, mlen, padded):
-    """The position terms SDPA takes as its bias (`attention_heads.position_terms`) against the naive product on the
+    """The position terms SDPA takes as its bias (`composite.shifted_position_scores`) against the naive product on the
     causal part, and SDPA's attention with them against the reference (float64, no gradients: SDPA runs)."""
     batch, heads, d_head, klen = 2, 3, 4, mlen + qlen
     # The queries in the projection's layout (`[qlen, batch, heads, d_head]` in memory), as the model passes them
@@ -224,7 +229,7 @@ def test_sdpa_position_bias_equals_the_naive_masked_shifted_product(qlen, mlen, 
     u, v = torch.randn(heads, d_head, dtype=torch.float64), torch.randn(heads, d_head, dtype=torch.float64)
     table = pad_table(r, klen) if padded else r
     causal = decoder_causal_mask(qlen, klen)
-    bias = position_terms(q, table, v, None, klen, 0.5).masked_fill(causal, float('-inf'))
+    bias = shifted_position_scores(q, table, v, None, klen, 0.5).masked_fill(causal, float('-inf'))
     naive = _naive_causal_bias(q, r, v, 0.5, mlen)
     # -inf at the same places; rule 1 (float64 both) on the rest
     assert torch.equal(bias.isinf(), naive.isinf())
@@ -496,7 +501,7 @@ def test_impl_takes_only_auto_or_reference():
             model.impl = bad
         assert model.impl == 'auto'
         with pytest.raises(ValueError, match=r"'auto' .* or 'reference'"):
-            RelativeMultiHeadAttention(2, 8, impl=bad)
+            MultiHeadAttention(2, 8, impl=bad, positions=Relative())
 
 
 @pytest.mark.parametrize('attn_type', [0, 1, 2])
@@ -515,8 +520,9 @@ def test_impl_reference_makes_every_choice_the_specification(attn_type, grad):
         recorded.append(choices)
     reference, auto = recorded
     specification = {'attention': 'reference', 'linear': 'F.linear', 'residual layer norm': 'PyTorch',
-                     'decoder layers': 'modules'}
-    assert {c.operation for c in reference} == set(specification) | {'dropout'}
+                     'decoder layers': 'modules', 'memory projection': 'with the segment'}
+    # (dropout takes the same paths either way; the adaptive softmax's choice is torch.compile's, not impl's)
+    assert {c.operation for c in reference} == set(specification) | {'dropout', 'adaptive softmax'}
     for operation, chosen in specification.items():
         assert set(_chosen(reference, operation)) == {chosen}, operation
         for choice in reference:
@@ -533,6 +539,8 @@ def test_impl_reference_makes_every_choice_the_specification(attn_type, grad):
         # The reference projects `[memory, segment]` in one product per layer, as the original; `auto` projects the
         # memory's keys and values apart (2 segments, the second with a memory, 2 layers)
         assert len(_chosen(auto, 'linear')) == len(_chosen(reference, 'linear')) + 2
+        assert set(_chosen(auto, 'memory projection')) == {'apart'}
+    assert set(_chosen(auto, 'adaptive softmax')) == set(_chosen(reference, 'adaptive softmax')) == {'target clusters'}
     assert _masks_drawn(reference) == _masks_drawn(auto)
     assert 'reference' not in _chosen(auto)
     if not grad:
@@ -575,21 +583,21 @@ def test_positions_and_masks_are_cached_per_shape_and_dropped_when_lengths_chang
     data = torch.randint(40, (12, 2))
     loss, *mems = model(data[:5], data[1:6])
     model(data[5:10], data[6:11], *mems)
-    keys = set(model._cache)
+    keys = set(model._memory.shapes)
     assert {k[0] for k in keys} == {'mask', 'pos'} and len(keys) == 4, 'one mask and table per (qlen, mlen)'
     mask_key = next(k for k in keys if k[0] == 'mask' and k[2] == 5)
     model(data[5:10], data[6:11], *mems)
-    assert set(model._cache) == keys, 'the same shapes reuse the cache'
+    assert set(model._memory.shapes) == keys, 'the same shapes reuse the cache'
     model.reset_length(5, 0, 3)
-    assert model._cache == {}, 'new lengths start a fresh cache'
+    assert model._memory.shapes == {}, 'new lengths start a fresh cache'
     # `same_length` masks depend on mem_len: the cached mask of the old mem_len is not reused
     expected = model._attn_mask(5, 5, data.device)
     model(data[5:10], data[6:11], *mems)
-    assert torch.equal(model._cache[('mask', 5, 5, 3) + mask_key[4:]], expected)
+    assert torch.equal(model._memory.shapes[('mask', 5, 5, 3) + mask_key[4:]], expected)
     model.double()
-    assert model._cache == {}, 'a new dtype starts a fresh cache'
+    assert model._memory.shapes == {}, 'a new dtype starts a fresh cache'
     model(data[:5], data[1:6])
-    assert all(v.dtype in (torch.float64, torch.bool) for v in model._cache.values())
+    assert all(v.dtype in (torch.float64, torch.bool) for v in model._memory.shapes.values())
 
 
 def test_cached_positions_see_loaded_frequencies():
@@ -632,16 +640,17 @@ def test_model_evaluation_takes_the_causal_kernel_else_sdpa(kernel):
         assert_close_rounding(b, a, depth=_xl_depth(10, 4))
 
 
-# -- the drop-in RelativeMultiHeadAttention --
+# -- MultiHeadAttention with the 'relative' scheme --
 
 def _relative_mha_pair(d_model, dtype=torch.float32, training=False):
-    """`RelativeMultiHeadAttention` with `impl='auto'` and with `impl='reference'`, the same weights."""
+    """`MultiHeadAttention(positions=Relative())` with `impl='auto'` and with `impl='reference'`, the same weights."""
     torch.manual_seed(0)
-    fast = RelativeMultiHeadAttention(2, d_model, dropout_prob=0.0).to(dtype).train(training)
+    fast = MultiHeadAttention(2, d_model, dropout_prob=0.0, positions=Relative()).to(dtype).train(training)
     with torch.no_grad():
         fast.r_w_bias.normal_()
         fast.r_r_bias.normal_()
-    plain = RelativeMultiHeadAttention(2, d_model, dropout_prob=0.0, impl='reference').to(dtype).train(training)
+    plain = MultiHeadAttention(2, d_model, dropout_prob=0.0, positions=Relative(),
+                               impl='reference').to(dtype).train(training)
     plain.load_state_dict(fast.state_dict())
     return fast, plain
 

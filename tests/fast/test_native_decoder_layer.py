@@ -5,11 +5,35 @@ memory's keys and values where a model keeps them (windows of a larger buffer) a
 """
 import pytest
 import torch
+from torch.nn import functional as F
 
 from labml_txl.fast.native import decoder_layer as native_decoder_layer
-from labml_txl.fast.native.decoder_layer import LayerArguments, _reference
+from labml_txl.fast.native.attention import _reference as _reference_attention
+from labml_txl.fast.native.decoder_layer import LayerArguments
 
 from tolerance import assert_close_rounding
+
+
+def _reference(x: torch.Tensor, qlen: int, layer: LayerArguments) -> torch.Tensor:
+    """The layer in PyTorch (`F.linear`, `F.layer_norm` and the specification's attention), the naive computation the
+    kernel is held to."""
+    rows, d = x.shape
+    bsz, inner = rows // qlen, layer.o_weight.shape[1]
+
+    def norm(t, parameters):
+        return F.layer_norm(t, (d,), *parameters)
+
+    q, k, v = F.linear(norm(x, layer.norm1) if layer.pre_lnorm else x, layer.qkv_weight).view(
+        qlen, bsz, 3, layer.heads, inner // layer.heads).permute(2, 1, 3, 0, 4)
+    if layer.k_memory is not None:
+        k, v = torch.cat([layer.k_memory, k], 2), torch.cat([layer.v_memory, v], 2)
+    attention = _reference_attention(q, k, v, layer.table, layer.content_bias, layer.position_bias,
+                                     layer.entry_bias, layer.scale, layer.window).reshape(rows, inner)
+    h = x + F.linear(attention, layer.o_weight)
+    h = h if layer.pre_lnorm else norm(h, layer.norm1)
+    hidden = torch.relu(F.linear(norm(h, layer.norm2) if layer.pre_lnorm else h, layer.w1, layer.b1))
+    out = h + F.linear(hidden, layer.w2, layer.b2)
+    return out if layer.pre_lnorm else norm(out, layer.norm2)
 
 
 def _layer(qlen=2, bsz=3, heads=2, d_head=4, d=8, d_inner=12, mlen=6, pre_lnorm=False, memory=True, entry_bias=True,

@@ -7,7 +7,8 @@ from labml.configs import BaseConfigs
 from labml_nn.transformers.alibi import AlibiMultiHeadAttention as LabmlNNAlibi
 from labml_nn.transformers.alibi import get_slopes
 
-from labml_txl.positions.alibi import AlibiMultiHeadAttention, alibi_slopes
+from labml_txl.positions.alibi import Alibi, alibi_slopes
+from labml_txl.transformer.mha import MultiHeadAttention
 from labml_txl.attention.masks import subsequent_mask
 from labml_txl.configs import TransformerConfigs
 
@@ -46,7 +47,7 @@ def test_slopes_are_the_papers(heads):
 
 def test_alibi_attention_equals_labml_nns_with_the_same_weights():
     torch.manual_seed(0)
-    ours = AlibiMultiHeadAttention(4, 16, dropout_prob=0.0).eval()
+    ours = MultiHeadAttention(4, 16, dropout_prob=0.0, positions=Alibi()).eval()
     theirs = LabmlNNAlibi(4, 16, dropout_prob=0.0).eval()
     with torch.no_grad():
         for name in ('query', 'key', 'value'):
@@ -66,7 +67,7 @@ def test_alibi_attention_equals_labml_nns_with_the_same_weights():
 
 def test_alibi_scores_are_the_dot_product_less_the_scaled_distance():
     """With the queries the last 2 of 5 positions: $q_i^\\top k_j - m_h |i - j| \\sqrt{d_k}$ before the scale."""
-    attn = AlibiMultiHeadAttention(2, 8).double()
+    attn = MultiHeadAttention(2, 8, positions=Alibi()).double()
     q, k = torch.randn(2, 1, 2, 4, dtype=torch.float64), torch.randn(5, 1, 2, 4, dtype=torch.float64)
     scores = attn.get_scores(q, k)
     expected = torch.empty(2, 5, 1, 2, dtype=torch.float64)
@@ -87,4 +88,4 @@ def test_the_alibi_option_of_the_configs_and_its_warning(labml_experiment):
     labml_experiment.configs(conf, {'transformer.decoder_attn': 'alibi', 'transformer.d_model': 16,
                                     'transformer.n_heads': 2})
     with pytest.warns(UserWarning, match="decoder_attn='alibi' with tgt_embed='fixed_pos' adds positions twice"):
-        assert type(conf.transformer.decoder_attn) is AlibiMultiHeadAttention
+        assert type(conf.transformer.decoder_attn.positions) is Alibi

@@ -10,7 +10,8 @@ from labml_nn.transformers.rope import RotaryPositionalEmbeddings
 from labml_txl.fast import dispatch
 from labml_txl.configs import TransformerConfigs
 from labml_txl.positions.encoding import relative_distances, rotate, rotate_queries_and_keys
-from labml_txl.positions.rotary import RotaryMultiHeadAttention
+from labml_txl.positions.rotary import Rotary
+from labml_txl.transformer.mha import MultiHeadAttention
 
 from tolerance import assert_close_rounding, assert_same_function
 
@@ -37,10 +38,10 @@ def test_rotated_scores_depend_on_the_distance_only():
     assert_same_function(shifted, scores)
 
 
-def _naive(attn: RotaryMultiHeadAttention, query, key, value, mask):
+def _naive(attn: MultiHeadAttention, query, key, value, mask):
     """Pair by pair: rotate each query and key feature pair by its position, softmax over the allowed keys."""
     seq_q, batch, _ = query.shape
-    seq_k, heads, d_k, d = key.shape[0], attn.heads, attn.d_k, attn.d_rotary
+    seq_k, heads, d_k, d = key.shape[0], attn.heads, attn.d_k, attn.positions.d_rotary
     q, k, v = (p(x).view(x.shape[0], batch, heads, d_k) for p, x in ((attn.query, query), (attn.key, key),
                                                                      (attn.value, value)))
 
@@ -71,7 +72,8 @@ def _naive(attn: RotaryMultiHeadAttention, query, key, value, mask):
 def test_rotary_attention_equals_a_naive_loop(seq_q, seq_k, fraction, impl, chosen):
     """The fast path (the rotation, then SDPA) and the reference (the rotation in the score hook) against the loop."""
     torch.manual_seed(0)
-    attn = RotaryMultiHeadAttention(2, 16, dropout_prob=0.0, rotary_fraction=fraction, impl=impl).double().eval()
+    attn = MultiHeadAttention(2, 16, dropout_prob=0.0, impl=impl,
+                              positions=Rotary(rotary_fraction=fraction)).double().eval()
     query = torch.randn(seq_q, 2, 16, dtype=torch.float64)
     key, value = torch.randn(seq_k, 2, 16, dtype=torch.float64), torch.randn(seq_k, 2, 16, dtype=torch.float64)
     # Causal, with the queries the last `seq_q` of the `seq_k` positions
@@ -81,7 +83,7 @@ def test_rotary_attention_equals_a_naive_loop(seq_q, seq_k, fraction, impl, chos
         expected = _naive(attn, query, key, value, mask)
     # Rule 1: float64 both
     assert_same_function(out, expected)
-    assert attn.d_rotary == (8 if fraction == 1.0 else 4)
+    assert attn.positions.d_rotary == (8 if fraction == 1.0 else 4)
     assert [c.chosen for c in choices if c.operation == 'attention'] == [chosen]
 
 
@@ -92,7 +94,7 @@ def test_rotary_gradients_of_the_fast_path_equal_the_references():
     grads = {}
     for impl in ('auto', 'reference'):
         torch.manual_seed(1)
-        attn = RotaryMultiHeadAttention(2, 16, dropout_prob=0.0, rotary_fraction=0.5, impl=impl).double()
+        attn = MultiHeadAttention(2, 16, dropout_prob=0.0, impl=impl, positions=Rotary(rotary_fraction=0.5)).double()
         attn(query=x, key=x, value=x, mask=mask).square().sum().backward()
         grads[impl] = [p.grad for p in attn.parameters()]
     for fast, reference in zip(grads['auto'], grads['reference']):
@@ -103,9 +105,9 @@ def test_rotary_gradients_of_the_fast_path_equal_the_references():
 def test_rotary_fraction_is_checked():
     for bad in (0, 1.5, True, 'all'):
         with pytest.raises(ValueError, match="rotary_fraction=.* is not accepted: .* in \\(0, 1\\]"):
-            RotaryMultiHeadAttention(2, 16, rotary_fraction=bad)
+            MultiHeadAttention(2, 16, positions=Rotary(rotary_fraction=bad))
     with pytest.raises(ValueError, match="rotates 0 of the 8 features of a head: at least one pair"):
-        RotaryMultiHeadAttention(2, 16, rotary_fraction=0.1)
+        MultiHeadAttention(2, 16, positions=Rotary(rotary_fraction=0.1))
 
 
 class _Configs(BaseConfigs):
@@ -118,7 +120,7 @@ def test_the_rotary_option_of_the_configs(labml_experiment):
                                     'transformer.src_embed': 'no_pos', 'transformer.d_model': 16,
                                     'transformer.n_heads': 2})
     attn = conf.transformer.encoder_attn
-    assert type(attn) is RotaryMultiHeadAttention and attn.d_rotary == 4
+    assert type(attn.positions) is Rotary and attn.positions.d_rotary == 4
 
 
 @pytest.mark.parametrize('embed', ['fixed_pos', 'learned_pos'])
@@ -137,7 +139,7 @@ def test_rotary_with_no_position_embedding_does_not_warn(labml_experiment):
                                     'transformer.d_model': 16, 'transformer.n_heads': 2})
     with warnings.catch_warnings():
         warnings.simplefilter('error')
-        assert type(conf.transformer.decoder_attn) is RotaryMultiHeadAttention
+        assert type(conf.transformer.decoder_attn.positions) is Rotary
 
 
 # -- cross-attention: queries of one sequence (the target), keys of another (the source), of any two lengths
@@ -154,7 +156,7 @@ def _rotation_matrix(m: int, d_k: int, d_rotary: int) -> torch.Tensor:
     return r
 
 
-def _cross_attention_by_matrices(attn: RotaryMultiHeadAttention, query, key, value, masked_keys):
+def _cross_attention_by_matrices(attn: MultiHeadAttention, query, key, value, masked_keys):
     """Scores and output of cross-attention, by explicit rotation matrices: query $i$ at $m_i = S - T + i$ (the last
     $T$ of the $S$ key positions, before the first key when $T > S$), key $j$ at $j$; `masked_keys` `[S]` (True:
     left out, as a source's padding)."""
@@ -163,9 +165,10 @@ def _cross_attention_by_matrices(attn: RotaryMultiHeadAttention, query, key, val
     q, k, v = (p(x).view(x.shape[0], batch, heads, d_k) for p, x in ((attn.query, query), (attn.key, key),
                                                                      (attn.value, value)))
     # $R(m_i) q_i$ and $R(j) k_j$
-    q = torch.stack([_rotation_matrix(seq_k - seq_q + i, d_k, attn.d_rotary) @ q[i].unsqueeze(-1)
+    q = torch.stack([_rotation_matrix(seq_k - seq_q + i, d_k, attn.positions.d_rotary) @ q[i].unsqueeze(-1)
                      for i in range(seq_q)]).squeeze(-1)
-    k = torch.stack([_rotation_matrix(j, d_k, attn.d_rotary) @ k[j].unsqueeze(-1) for j in range(seq_k)]).squeeze(-1)
+    k = torch.stack([_rotation_matrix(j, d_k, attn.positions.d_rotary) @ k[j].unsqueeze(-1)
+                     for j in range(seq_k)]).squeeze(-1)
     # $A_{ij} = (R(m_i) q_i)^\top R(j) k_j / \sqrt{d_k}$, `[T, S, batch, heads]`
     scores = torch.einsum('ibhd,jbhd->ijbh', q, k) / math.sqrt(d_k)
     weights = torch.softmax(scores.masked_fill(masked_keys[None, :, None, None], -math.inf), dim=1)
@@ -180,7 +183,8 @@ def test_rotary_cross_attention_of_any_two_lengths_equals_rotation_matrices(seq_
     """A target longer (7 > 3: `The size of tensor a (7) must match ... (3)` before) or shorter than the source,
     against rotations written out as matrices: each side turned by its own positions."""
     torch.manual_seed(0)
-    attn = RotaryMultiHeadAttention(2, 16, dropout_prob=0.0, rotary_fraction=fraction, impl=impl).double().eval()
+    attn = MultiHeadAttention(2, 16, dropout_prob=0.0, impl=impl,
+                              positions=Rotary(rotary_fraction=fraction)).double().eval()
     query = torch.randn(seq_q, 2, 16, dtype=torch.float64)
     key, value = torch.randn(seq_k, 2, 16, dtype=torch.float64), torch.randn(seq_k, 2, 16, dtype=torch.float64)
     # The last source entry is padding (when there are two or more), the mask `[1, S, 1]` of a source

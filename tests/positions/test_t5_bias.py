@@ -7,7 +7,8 @@ import torch
 from labml.configs import BaseConfigs
 
 from labml_txl.configs import TransformerConfigs
-from labml_txl.positions.t5_bias import T5BiasMultiHeadAttention, relative_position_bucket
+from labml_txl.positions.t5_bias import T5Bias, relative_position_bucket
+from labml_txl.transformer.mha import MultiHeadAttention
 
 from tolerance import assert_same_function
 
@@ -45,8 +46,8 @@ def test_buckets_follow_the_definition_for_every_distance(bidirectional, num_buc
 
 def test_t5_bias_attention_equals_a_naive_loop():
     torch.manual_seed(0)
-    attn = T5BiasMultiHeadAttention(2, 8, dropout_prob=0.0, bidirectional=False, num_buckets=6,
-                                    max_distance=8).double().eval()
+    attn = MultiHeadAttention(2, 8, dropout_prob=0.0, positions=T5Bias(bidirectional=False, num_buckets=6,
+                                                                       max_distance=8)).double().eval()
     with torch.no_grad():
         attn.relative_attention_bias.weight.normal_()
     seq_q, seq_k, batch = 4, 11, 2
@@ -75,9 +76,9 @@ def test_t5_bias_attention_equals_a_naive_loop():
 
 def test_bucket_settings_are_checked():
     with pytest.raises(ValueError, match="num_buckets=2, max_distance=128 are not accepted"):
-        T5BiasMultiHeadAttention(2, 8, num_buckets=2)
+        MultiHeadAttention(2, 8, positions=T5Bias(num_buckets=2))
     with pytest.raises(ValueError, match="num_buckets=32, max_distance=4 are not accepted"):
-        T5BiasMultiHeadAttention(2, 8, num_buckets=32, max_distance=4)
+        MultiHeadAttention(2, 8, positions=T5Bias(num_buckets=32, max_distance=4))
 
 
 class _Configs(BaseConfigs):
@@ -91,5 +92,5 @@ def test_the_t5_bias_option_is_bidirectional_for_the_encoder_and_causal_for_the_
                                     'transformer.t5_num_buckets': 16, 'transformer.t5_max_distance': 64,
                                     'transformer.d_model': 16, 'transformer.n_heads': 2})
     encoder_attn, decoder_attn = conf.transformer.encoder_attn, conf.transformer.decoder_attn
-    assert encoder_attn.bidirectional and not decoder_attn.bidirectional
-    assert encoder_attn.num_buckets == 16 and decoder_attn.max_distance == 64
+    assert encoder_attn.positions.bidirectional and not decoder_attn.positions.bidirectional
+    assert encoder_attn.positions.num_buckets == 16 and decoder_attn.positions.max_distance == 64

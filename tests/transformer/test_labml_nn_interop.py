@@ -10,13 +10,13 @@ from labml_nn.transformers.models import EmbeddingsWithPositionalEncoding as Lab
 from labml_nn.transformers.rope import RotaryPEMultiHeadAttention as LabmlNNRotary
 from torch import nn
 
-from labml_txl.positions.alibi import AlibiMultiHeadAttention
+from labml_txl.positions.alibi import Alibi
 from labml_txl.attention.masks import subsequent_mask
 from labml_txl.configs import TransformerConfigs
 from labml_txl.transformer.feed_forward import FeedForward
 from labml_txl.transformer.mha import MultiHeadAttention
 from labml_txl.transformer.models import EmbeddingsWithPositionalEncoding, TransformerLayer
-from labml_txl.positions.rotary import RotaryMultiHeadAttention
+from labml_txl.positions.rotary import Rotary
 from tolerance import assert_same_function
 
 OPTIONS = {'d_model': 16, 'n_heads': 4, 'n_layers': 2, 'ffn.d_ff': 24, 'n_src_vocab': 11, 'n_tgt_vocab': 13}
@@ -123,10 +123,10 @@ def test_labml_nns_embeddings_load_and_embed_alike(labml_experiment, embed):
 
 
 @pytest.mark.parametrize('build', [
-    lambda: (AlibiMultiHeadAttention(4, 16, dropout_prob=0.0), LabmlNNAlibi(4, 16, dropout_prob=0.0)),
+    lambda: (MultiHeadAttention(4, 16, dropout_prob=0.0, positions=Alibi()), LabmlNNAlibi(4, 16, dropout_prob=0.0)),
     # labml_nn computes the rotation angles in float32 whatever the dtype of the queries: its tables are built in
     # float64 below
-    lambda: (RotaryMultiHeadAttention(4, 16, dropout_prob=0.0, rotary_fraction=0.5),
+    lambda: (MultiHeadAttention(4, 16, dropout_prob=0.0, positions=Rotary(rotary_fraction=0.5)),
              LabmlNNRotary(4, 16, rope_percentage=0.5)),
 ], ids=['alibi', 'rotary'])
 def test_labml_nns_positional_attentions_load_by_the_same_names(build):

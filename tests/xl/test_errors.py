@@ -7,7 +7,8 @@ import re
 import pytest
 import torch
 
-from labml_txl.positions.relative import RelativeMultiHeadAttention
+from labml_txl.positions.relative import Relative
+from labml_txl.transformer.mha import MultiHeadAttention
 from labml_txl.xl import MemTransformerLM
 
 from .helpers import small_config, small_model
@@ -54,7 +55,7 @@ def test_odd_d_model_with_sinusoidal_positions(attn_type):
 
 def test_odd_d_model_in_relative_mha():
     with raises(ValueError, 'd_model=15', 'even'):
-        RelativeMultiHeadAttention(heads=3, d_model=15)
+        MultiHeadAttention(heads=3, d_model=15, positions=Relative())
 
 
 def test_batch_size_differs_from_memories():
@@ -100,11 +101,11 @@ def test_negative_mem_len():
 
 def test_relative_mha_heads_must_divide_d_model():
     with raises(ValueError, 'd_model=16', 'heads=3', '[1, 2, 4, 8, 16]'):
-        RelativeMultiHeadAttention(heads=3, d_model=16)
+        MultiHeadAttention(heads=3, d_model=16, positions=Relative())
 
 
 def test_relative_mha_mask_shape():
-    mha = RelativeMultiHeadAttention(heads=2, d_model=8)
+    mha = MultiHeadAttention(heads=2, d_model=8, positions=Relative())
     x = torch.randn(4, 2, 8)
     with raises(ValueError, 'mask of shape [4, 5, 2]', '[4 or 1, 4, 2 or 1]'):
         mha(query=x, key=x, value=x, mask=torch.ones(4, 5, 2, dtype=torch.bool))

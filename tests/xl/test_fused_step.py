@@ -13,7 +13,7 @@ import torch
 from labml_txl.fast import dispatch, native
 from labml_txl.xl import MemTransformerLM
 from labml_txl.xl.positionwise_ff import PositionwiseFF
-from labml_txl.xl.rel_partial_learnable_attn import RelPartialLearnableMultiHeadAttn
+from labml_txl.xl.attention import XLAttention
 
 from .helpers import assert_the_same_step, small_config
 
@@ -97,7 +97,7 @@ class _OwnFeedForward(PositionwiseFF):
         return super().forward(inp, plan=plan)
 
 
-class _OwnScores(RelPartialLearnableMultiHeadAttn):
+class _OwnScores(XLAttention):
     """An attention whose scores are the user's `get_scores` (the same numbers)."""
 
     def get_scores(self, query, key, terms):

@@ -33,7 +33,7 @@ def test_kept_window_over_many_segments_equals_the_plain_path(dtype, qlen, attn_
             plain_log_probs, plain_mems = plain.log_probs(x, plain_mems)
             fast_log_probs, fast_mems = fast.log_probs(x, fast_mems)
             assert_the_same_step(fast, klen, fast_log_probs, plain_log_probs, fast_mems, plain_mems)
-            buffers.append(fast._kv_memo.entries[0][3])
+            buffers.append(fast._memory.keys_values.entries[0][3])
     layers = Counter(c.chosen for c in choices if c.operation == 'decoder layers')
     attention = Counter(c.chosen for c in choices if c.operation == 'attention')
     steps = len(range(0, 40, qlen))

@@ -129,8 +129,8 @@ def test_the_scheme_settings_of_the_configs_reach_the_model(labml_experiment, ov
     conf = TransformerXLConfigs()
     labml_experiment.configs(conf, {**overrides, 'n_token': 20, 'n_layer': 1, 'd_model': 16, 'n_head': 2,
                                     'd_head': 8, 'd_inner': 16})
-    attn = conf.model.layers[0].dec_attn
-    assert {name: getattr(attn, name) for name in expected} == expected
+    scheme = conf.model.layers[0].dec_attn.positions
+    assert {name: getattr(scheme, name) for name in expected} == expected
 
 
 def test_partial_rotation_and_other_buckets_keep_the_recurrence_exact():

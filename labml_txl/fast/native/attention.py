@@ -1,7 +1,7 @@
 r"""
 # Causal relative attention in one kernel (float32 on the CPU, forward and backward)
 
-A decoder's relative attention (`relative_attention.py`) for queries that are the last `qlen` of `klen` keys,
+A decoder's relative attention (`attention/reference.py`) for queries that are the last `qlen` of `klen` keys,
 query $i$ (at position $m + i$) seeing the `window` keys up to its own position, $J_i = \{j : m + i - w < j \le
 m + i\}$ ($w \ge k$: every key up to it, the decoder's causal mask; $w$ = `mem_len`: `same_length`'s mask):
 
@@ -31,7 +31,7 @@ the table's and the biases' gradients; the masked future is skipped there too, a
 
 Its products are PyTorch's `brgemm` (or BLAS's `sgemm` where PyTorch lacks it), its `exp` a polynomial the
 compiler vectorises (within 1.4 ulp). Its first check compares it, forward and backward, with the reference
-(`relative_attention.py`); `dispatch.py` decides where it runs (float32 CPU tensors, outside autocast and
+(`attention/reference.py`); `dispatch.py` decides where it runs (float32 CPU tensors, outside autocast and
 `torch.compile`, exactly a `decoder_window_mask`, no attention dropout). `docs/performance.md` has its timings.
 """
 from typing import Optional
@@ -48,7 +48,7 @@ QUERY_BLOCK = 32
 
 
 def _reference(q, k, values, table, content_bias, position_bias, entry_bias, scale, window):
-    """`relative_attention.py`'s computation of what the kernel computes, `[qlen, batch, heads, d_head]`."""
+    """`attention/reference.py`'s computation of what the kernel computes, `[qlen, batch, heads, d_head]`."""
     qlen, klen = q.shape[-2], k.shape[-2]
     q, k, values = (t.permute(2, 0, 1, 3) for t in (q, k, values))
     scores = relative_attention_scores(q, k, table.transpose(0, 1), content_bias, position_bias,

@@ -13,15 +13,15 @@ $$[q; k; v] = [W_q; W_k; W_v]\,x, \quad h = \mathop{LN}_1\bigl(x + W_o \mathop{A
 
 (post-LN; with pre-LN the projections read $\mathop{LN}_1(x)$, the feed-forward $\mathop{LN}_2(h)$, and $h$ and
 $\mathit{out}$ are plain sums). `xl/fused_step.py` gives it the layers' weights and position terms where
-`dispatch.decoder_layers` chooses it; its first check compares it with the same layers in PyTorch.
+`dispatch.decoder_layers` chooses it.
 """
 from typing import List, NamedTuple, Optional, Tuple
 
 import torch
-from torch.nn import functional as F
 
-from .attention import QUERY_BLOCK, _reference as _reference_attention
-from .build import checked_kernel, first_result_matches
+from . import attention, few_rows_linear, layer_norm
+from .attention import QUERY_BLOCK
+from .build import load_kernel
 
 
 class LayerArguments(NamedTuple):
@@ -58,51 +58,13 @@ class LayerArguments(NamedTuple):
                 [self.heads, float(self.pre_lnorm), self.norm1[2], self.norm2[2], self.scale, self.window])
 
 
-def _reference(x: torch.Tensor, qlen: int, layer: LayerArguments) -> torch.Tensor:
-    """The layer in PyTorch (`F.linear`, `F.layer_norm` and the attention kernel's reference), for the first check."""
-    rows, d = x.shape
-    bsz, inner = rows // qlen, layer.o_weight.shape[1]
-
-    def norm(t, parameters):
-        return F.layer_norm(t, (d,), *parameters)
-
-    q, k, v = F.linear(norm(x, layer.norm1) if layer.pre_lnorm else x, layer.qkv_weight).view(
-        qlen, bsz, 3, layer.heads, inner // layer.heads).permute(2, 1, 3, 0, 4)
-    if layer.k_memory is not None:
-        k, v = torch.cat([layer.k_memory, k], 2), torch.cat([layer.v_memory, v], 2)
-    attention = _reference_attention(q, k, v, layer.table, layer.content_bias, layer.position_bias,
-                                     layer.entry_bias, layer.scale, layer.window).reshape(rows, inner)
-    h = x + F.linear(attention, layer.o_weight)
-    h = h if layer.pre_lnorm else norm(h, layer.norm1)
-    hidden = torch.relu(F.linear(norm(h, layer.norm2) if layer.pre_lnorm else h, layer.w1, layer.b1))
-    out = h + F.linear(hidden, layer.w2, layer.b2)
-    return out if layer.pre_lnorm else norm(out, layer.norm2)
-
-
-def _check(module) -> bool:
-    """Run the kernel on two small layers (two queries of a batch of two, a memory, every position term), post-LN
-    then pre-LN, and compare with `_reference`."""
-    generator = torch.Generator().manual_seed(0)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=generator, dtype=torch.float32)
-
-    qlen, bsz, heads, d_head, d, d_inner, mlen = 2, 2, 2, 4, 6, 10, 5
-    inner, klen = heads * d_head, mlen + qlen
-    layers = [LayerArguments(heads, pre_lnorm, randn(3 * inner, d), randn(d, inner), randn(d_inner, d),
-                             randn(d_inner), randn(d, d_inner), randn(d), (1 + randn(d) / 4, randn(d), 1e-5),
-                             (1 + randn(d) / 4, randn(d), 1e-5), randn(bsz, heads, mlen, d_head),
-                             randn(bsz, heads, mlen, d_head), randn(heads, klen, d_head), randn(heads, d_head),
-                             randn(heads, d_head), randn(heads, klen), 0.4, klen - 1)
-              for pre_lnorm in (False, True)]
-    x = randn(qlen * bsz, d)
-    return first_result_matches('decoder layers', lambda: _run(module, x, qlen, layers)[0][-1],
-                                lambda: _reference(_reference(x, qlen, layers[0]), qlen, layers[1]))
-
-
 def kernel_available() -> bool:
-    """Whether the kernel is built (compiling it on the first call) and passed its first check."""
-    return checked_kernel('decoder_layer', _check) is not None
+    """Whether the kernel is built (compiling it on the first call) and the kernels it is made of passed their first
+    checks. It has no check of its own: it compiles the same sources with the same flags, and what it adds, their
+    order, is what `tests/fast/test_native_decoder_layer.py` and `tests/xl/test_fused_step.py` hold to the modules (a
+    layer is written in the modules and in this kernel only)."""
+    return (few_rows_linear.kernel_available() and attention.kernel_available() and layer_norm.kernel_available()
+            and load_kernel('decoder_layer') is not None)
 
 
 def _run(module, x: torch.Tensor, qlen: int, layers: List[LayerArguments]):
@@ -123,4 +85,4 @@ def decoder_layers(x: torch.Tensor, qlen: int, layers: List[LayerArguments]
         `x` `[qlen * bsz, d_model]`, its rows in the order of `[qlen, bsz]`, contiguous; returns outputs
         `[qlen * bsz, d_model]` and projections `[qlen * bsz, 3 * heads * d_head]`.
     """
-    return _run(checked_kernel('decoder_layer', _check), x, qlen, layers)
+    return _run(load_kernel('decoder_layer'), x, qlen, layers)

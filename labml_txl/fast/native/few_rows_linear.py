@@ -3,12 +3,11 @@ r"""
 
 A one-token step of generation multiplies each weight by one row per sequence: $y = x W^\top + b$ with $x$ of
 a handful of rows is a matrix-vector product, whose time is that of reading $W$ once. The GEMM libraries PyTorch
-calls are tuned for many rows and read $W$ slower than the two cores can here (MKL's `sgemm` behind `F.linear`;
+calls are tuned for many rows and read $W$ slower than the memory allows (MKL's `sgemm` behind `F.linear`;
 oneDNN's packed product, slower still for one row). `few_rows_linear.cpp` takes each output feature as the dot
 product of $W$'s row with the input, in $W$'s own layout (no copy is kept), four rows of $W$ at a time, shared
-among the threads so that both cores read $W$ at once. At the benchmark model's shapes it ran a step's products
-faster than either library up to 16 rows, as fast as `F.linear` at 32 and slower beyond (the figures are in
-`docs/performance.md`), so `dispatch.linear` gives it at most `MOST_ROWS` rows.
+among the threads so that every core reads $W$ at once. It is faster than either library for a few rows only
+(`docs/performance.md` has the measurements), so `dispatch.linear` gives it at most `MOST_ROWS` rows.
 
 The results agree with `F.linear` to float rounding (sums in another order; tested at 1e-5). With gradients, in
 other dtypes, under autocast or `torch.compile`, or where the kernel is not available (`build.py`), the dispatcher

@@ -1,0 +1,112 @@
+r"""
+# What a model keeps between calls, beside the memories it returns
+
+Transformer-XL's recurrence needs only the memories: `model(data, target, *mems)` returns the next ones,
+$m^{n}_{\tau+1} = [m^{n}_\tau \circ h^{n}_{\tau+1}]_{[beg, end)}$. Evaluation keeps more, each derived from what a
+call computed and each exact:
+
+* the positions and masks of each segment shape (`shaped`), which depend on shapes only;
+* the keys and values of each memory, projected by the segment before (`kv_memo.py`);
+* the append buffers whose windows are the returned memories (`append_buffer.py`), so a step writes only its rows;
+* what the decoder-layer kernel reads of each layer (`fused_step.LayerParts`).
+
+`ModelMemory` holds them all, so the model handles one object, and forgets them all at once (`clear`). Whether a call
+may keep a value is its plan's: `dispatch.Plan.keeps_shapes` and `keeps_caches`.
+"""
+from typing import Callable, Dict, List, Optional, Sequence, TypeVar
+
+import torch
+from torch import nn
+
+from ..fast.dispatch import Plan
+from .append_buffer import AppendBuffer, joined_rows, keep_rows
+from .attention import KeysValues
+from .fused_step import LayerParts
+from .kv_memo import KeyValueMemo
+
+T = TypeVar('T')
+
+
+class ModelMemory:
+    """The caches of one `MemTransformerLM` (see the module docstring)."""
+
+    def __init__(self):
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget everything kept: after a change of lengths, dtype or device, or of `impl`."""
+        # Positions and masks by shape, dtype and device
+        self.shapes: Dict[tuple, torch.Tensor] = {}
+        self.keys_values = KeyValueMemo()
+        # Per layer input, the buffer whose window is the memory last returned
+        self.buffers: Dict[int, Optional[AppendBuffer]] = {}
+        # Per layer, what the decoder-layer kernel reads of it
+        self.parts: Dict[int, LayerParts] = {}
+
+    def shaped(self, plan: Plan, key: tuple, make: Callable[[], T]) -> T:
+        """`make()`, kept under `key` where the plan keeps values of shapes (not while `torch.compile` traces: it
+        folds constants)."""
+        if not plan.keeps_shapes:
+            return make()
+        value = self.shapes.get(key)
+        if value is None:
+            if len(self.shapes) >= 16:
+                self.shapes = {}
+            value = self.shapes[key] = make()
+        return value
+
+    def layer_parts(self, layers: nn.ModuleList) -> List[LayerParts]:
+        """What the decoder-layer kernel would read of each layer, gathered again where a layer changed."""
+        parts = []
+        for i, layer in enumerate(layers):
+            kept = self.parts.get(i)
+            if kept is None or not kept.of_layer(layer):
+                kept = self.parts[i] = LayerParts.of(layer)
+            parts.append(kept)
+        return parts
+
+    def keeps_keys_values(self, plan: Plan, exact: bool) -> bool:
+        """Whether this call keeps the keys and values of its memories for the next one: where keeping them is exact
+        (`exact`: the memory is projected as it is, not with positions added) and the plan keeps values of
+        parameters. Where it does not, those kept before are forgotten."""
+        keep = exact and plan.keeps_caches
+        if not keep:
+            self.keys_values.clear()
+        return keep
+
+    def kept_keys_values(self, layers: nn.ModuleList, mems: Optional[Sequence[torch.Tensor]]
+                         ) -> List[Optional[torch.Tensor]]:
+        """Per layer, the keys and values of its memory `[2, bsz, n_head, mlen, d_head]` where the step before kept
+        them and they are not stale, else None."""
+        if mems is None:
+            return [None] * len(layers)
+        return [self.keys_values.lookup(i, mems[i], layer.dec_attn) for i, layer in enumerate(layers)]
+
+    def next_memories(self, plan: Plan, hids: Sequence[torch.Tensor], mems: Optional[Sequence[torch.Tensor]],
+                      keys_values: Sequence[KeysValues], layers: nn.ModuleList, beg: int,
+                      end: int) -> List[torch.Tensor]:
+        """
+        The memories for the next segment: rows `[beg, end)` of `[memory, segment]` of every layer input, detached;
+        and, with `keys_values` (the layers' `KeysValues`, empty when they are not kept), the same rows of each
+        layer's keys and values, kept for the next segment.
+
+        In no-grad evaluation (where the plan keeps caches) memories that keep rows of the memory before are windows
+        of append buffers: each segment writes only its own rows, and no returned memory is changed later.
+        """
+        if not plan.keeps_caches:
+            self.buffers = {}
+        new_mems = []
+        with torch.no_grad():
+            for i, (m, h) in enumerate(zip(mems, hids)):
+                m = m if m.dim() == 3 and m.shape[0] > 0 else None
+                if not plan.keeps_caches:
+                    # (every segment's memories are new: no buffer with room to append to)
+                    new_mems.append(joined_rows(m, h, beg, end, dim=0).detach())
+                    continue
+                kept, self.buffers[i] = keep_rows(self.buffers.get(i), m, h, beg, end, dim=0)
+                # (a buffer's window holds no graph, and keeps its identity: the next segment appends to it)
+                new_mems.append(kept if self.buffers[i] is not None else kept.detach())
+        for i, kv in enumerate(keys_values):
+            # The same rows of the keys and values as of the states: `[2, bsz, n_head, beg:end, d_head]`
+            self.keys_values.store(i, new_mems[i], kv.memory, kv.segment, beg, end, layers[i].dec_attn)
+        return new_mems
