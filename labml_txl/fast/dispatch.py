@@ -140,18 +140,18 @@ def _decide(operation: str, candidates: List[Tuple[str, Optional[str]]]) -> str:
 ScoreHook = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def scores_from_terms(get_scores: Callable) -> Callable:
+def replaceable_scores(get_scores: Callable) -> Callable:
     """Mark a module's `get_scores` as the scores its `RelativeTerms` describe (or $q_i^\\top k_j$ without terms),
     which the fast implementations compute without calling it. An override without the mark is called by the
     reference path, the only one that runs it."""
-    get_scores.scores_from_terms = True
+    get_scores.replaceable_scores = True
     return get_scores
 
 
 def score_hook(module: nn.Module, **arguments) -> Optional[ScoreHook]:
     """`module.get_scores` (with `arguments` bound) where its class overrides it with scores of its own, for
-    `attend`'s `get_scores`; None where it is a marked one (`scores_from_terms`)."""
-    if getattr(type(module).get_scores, 'scores_from_terms', False):
+    `attend`'s `get_scores`; None where it is a marked one (`replaceable_scores`)."""
+    if getattr(type(module).get_scores, 'replaceable_scores', False):
         return None
     return lambda q, k: module.get_scores(q, k, **arguments)
 
@@ -387,18 +387,15 @@ def _has_hooks(modules: Sequence[nn.Module]) -> bool:
 
 def _layer_structure_refusal(layer: 'LayerParts') -> Optional[str]:
     """Why the decoder-layer kernel cannot compute this layer whatever the call, or None."""
-    if not all(type(module).forward.__module__.startswith('labml_txl.xl.')
-               for module in (layer.modules[0], layer.attn, layer.ff)):
+    if not layer.own_forwards:
         return 'a class overrides forward, which the fused call would not run'
-    if len(layer.attn.projection_weights()) != 1:
+    if not layer.joint_projection:
         return ('absolute positions or a scheme of their own (attention types 2 to 6): the kernel computes '
                 "Transformer-XL's relative attention, with a table")
-    if not getattr(type(layer.attn).get_scores, 'scores_from_terms', False):
+    if not layer.replaceable_scores:
         return 'the scores come from an overridden get_scores, which only the reference calls'
-    for norm in (layer.attn.layer_norm, layer.ff.layer_norm):
-        if not (type(norm) is nn.LayerNorm and norm.weight is not None and norm.bias is not None
-                and len(norm.normalized_shape) == 1):
-            return f'a {type(norm).__name__}: the kernel computes an affine LayerNorm over the last axis'
+    if layer.other_norm is not None:
+        return f'a {type(layer.other_norm).__name__}: the kernel computes an affine LayerNorm over the last axis'
     return None
 
 
@@ -434,7 +431,8 @@ def decoder_layers(plan: Plan, x: torch.Tensor, klen: int, window: int, layers: 
         x: the first layer's input `[qlen, bsz, d_model]`.
         klen: how many keys: the memory's and the segment's.
         window: how many keys up to its own position each query sees.
-        layers: what the kernel would read of each layer (`xl/fused_step.LayerParts`).
+        layers: what the kernel would read of each layer (`xl/fused_step.LayerParts`), read only where nothing of the
+            call refuses the kernel first.
         memory_kept: per layer, whether the keys and values of its memory are at hand (kept from the step before, or
             no memory): the kernel does not project a memory.
     """
@@ -446,11 +444,12 @@ def decoder_layers(plan: Plan, x: torch.Tensor, klen: int, window: int, layers: 
         fused = f'{rows} rows: its products are for 1 to {native_few_rows.MOST_ROWS} (generation\'s steps)'
     if fused is None and not native_decoder_layer.kernel_available():
         fused = 'the decoder-layer kernel could not be built, or failed its first check'
-    for i, (layer, kept) in enumerate(zip(layers, memory_kept)):
-        if fused is not None:
-            break
-        refusal = _layer_refusal(plan, x, klen, window, layer, kept)
+    # (each layer's parts are read only here, where nothing of the call refused the kernel first)
+    i = 0
+    while fused is None and i < len(layers):
+        refusal = _layer_refusal(plan, x, klen, window, layers[i], memory_kept[i])
         fused = None if refusal is None else f'layer {i}: {refusal}'
+        i += 1
     return _decide('decoder layers', [('fused', fused), ('modules', None)])
 
 

@@ -126,7 +126,7 @@ class MultiHeadAttention(nn.Module):
         check_mask(mask, seq_q, key.shape[0], batch_size)
         return seq_q, batch_size
 
-    @dispatch.scores_from_terms
+    @dispatch.replaceable_scores
     def get_scores(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         r"""
         The hook for the scores: $A_{i,j} = q_i^\top k_j$ with the position terms of the scheme (`position_terms`),

@@ -179,7 +179,7 @@ class XLAttention(nn.Module):
         # (`split` rather than slices: its backward pass concatenates, with no zero-filled gradient)
         return dispatch.linear(plan, normalised, qkv_weight).split([hd, 2 * hd], dim=-1)
 
-    @dispatch.scores_from_terms
+    @dispatch.replaceable_scores
     def get_scores(self, query: torch.Tensor, key: torch.Tensor, terms: Optional[RelativeTerms]) -> torch.Tensor:
         r"""
         The hook for the scores, as `MultiHeadAttention.get_scores`: $A_{i,j}$ as the scheme's `terms` describe it

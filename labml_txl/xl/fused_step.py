@@ -30,8 +30,8 @@ from .positionwise_ff import PositionwiseFF
 
 
 class LayerParts(NamedTuple):
-    """What the kernel reads of a layer, gathered once and kept while the layer holds the same modules and parameters
-    (`snapshot`)."""
+    """What the kernel reads of a layer, and what the dispatcher asks of its structure, gathered once and kept while
+    the layer holds the same modules and parameters (`snapshot`)."""
     snapshot: ParameterSnapshot
     # The layer and every module in it (whose hooks the fused call would not run)
     modules: Tuple[nn.Module, ...]
@@ -41,15 +41,27 @@ class LayerParts(NamedTuple):
     dropouts: Tuple[nn.Module, ...]
     # The projections' matrices (`projection_weights`), $W_o$, $W_1$, $b_1$, $W_2$, $b_2$
     weights: Tuple[torch.Tensor, ...]
+    # Whether $W_q$, $W_k$, $W_v$ are one matrix (`qkv_net`: Transformer-XL's relative types, with a table)
+    joint_projection: bool
+    # Whether the layer, its attention and its feed-forward network run this package's `forward`
+    own_forwards: bool
+    # Whether the attention's scores are those of its `RelativeTerms` (`dispatch.replaceable_scores`)
+    replaceable_scores: bool
+    # The first of the two norms that is not an affine `LayerNorm` over the last axis, or None
+    other_norm: Optional[nn.Module]
 
     @classmethod
     def of(cls, layer: nn.Module) -> 'LayerParts':
         attn, ff = layer.dec_attn, layer.pos_ff
         first, _, dropout_1, second, dropout_2 = ff.CoreNet
+        projections = attn.projection_weights()
         return cls(ParameterSnapshot(layer), tuple(layer.modules()), attn, ff,
                    (attn.drop, attn.dropatt, dropout_1, dropout_2),
-                   attn.projection_weights() + (attn.o_net.weight, first.weight, first.bias, second.weight,
-                                                second.bias))
+                   projections + (attn.o_net.weight, first.weight, first.bias, second.weight, second.bias),
+                   len(projections) == 1,
+                   all(type(m).forward.__module__.startswith('labml_txl.xl.') for m in (layer, attn, ff)),
+                   getattr(type(attn).get_scores, 'replaceable_scores', False),
+                   next((norm for norm in (attn.layer_norm, ff.layer_norm) if not _affine_layer_norm(norm)), None))
 
     def of_layer(self, layer: nn.Module) -> bool:
         """Whether these are `layer`'s parts as it is now."""
@@ -93,6 +105,11 @@ def run(x: torch.Tensor, window: int, layers: Sequence[LayerParts], terms: Seque
         kv = attn._kv_heads(qkv.view(qlen, bsz, -1)[:, :, attn.n_head * attn.d_head:])
         keys_values.append(KeysValues(kept, kv))
     return [out.view(qlen, bsz, d_model) for out in outputs], keys_values
+
+
+def _affine_layer_norm(norm: nn.Module) -> bool:
+    return (type(norm) is nn.LayerNorm and norm.weight is not None and norm.bias is not None
+            and len(norm.normalized_shape) == 1)
 
 
 def _norm(norm: nn.LayerNorm) -> tuple:

@@ -55,15 +55,11 @@ class ModelMemory:
             value = self.shapes[key] = make()
         return value
 
-    def layer_parts(self, layers: nn.ModuleList) -> List[LayerParts]:
-        """What the decoder-layer kernel would read of each layer, gathered again where a layer changed."""
-        parts = []
-        for i, layer in enumerate(layers):
-            kept = self.parts.get(i)
-            if kept is None or not kept.of_layer(layer):
-                kept = self.parts[i] = LayerParts.of(layer)
-            parts.append(kept)
-        return parts
+    def layer_parts(self, layers: nn.ModuleList) -> Sequence[LayerParts]:
+        """What the decoder-layer kernel would read of each layer, gathered (again, where a layer changed) only when
+        an item is read: the dispatcher reads them only where nothing of the call refuses the kernel first (not in
+        training, not under `torch.compile`, which would guard on the parameters' versions)."""
+        return _LayerPartsOf(self.parts, layers)
 
     def keeps_keys_values(self, plan: Plan, exact: bool) -> bool:
         """Whether this call keeps the keys and values of its memories for the next one: where keeping them is exact
@@ -110,3 +106,24 @@ class ModelMemory:
             # The same rows of the keys and values as of the states: `[2, bsz, n_head, beg:end, d_head]`
             self.keys_values.store(i, new_mems[i], kv.memory, kv.segment, beg, end, layers[i].dec_attn)
         return new_mems
+
+
+class _LayerPartsOf(Sequence):
+    """`ModelMemory.layer_parts`: each layer's `LayerParts`, from the memory's where the layer did not change, checked
+    once per call."""
+
+    def __init__(self, kept: Dict[int, LayerParts], layers: nn.ModuleList):
+        self.kept, self.layers = kept, layers
+        self.read: List[Optional[LayerParts]] = [None] * len(layers)
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def __getitem__(self, i: int) -> LayerParts:
+        parts = self.read[i]
+        if parts is None:
+            layer, parts = self.layers[i], self.kept.get(i)
+            if parts is None or not parts.of_layer(layer):
+                parts = self.kept[i] = LayerParts.of(layer)
+            self.read[i] = parts
+        return parts
