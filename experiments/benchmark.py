@@ -14,8 +14,9 @@ per round, the order rotated every round), so a load that comes and goes slows a
   checked equal to ours before any timing) and x-transformers of the same size with XL memories (not the same
   attention: T5's bucketed bias instead of Transformer-XL's position terms, so only its speed compares);
 * batch-1 greedy generation tokens/s of the fast path (`labml_txl.xl.generation.generate`, `top_k=1`) against the two
-  peers (their `step_log_probs` with memories): a prompt of `gen_context` tokens, then `gen_tokens` tokens, each
-  seeing the last `gen_context` positions; the time of the whole call (prompt included) over `gen_tokens`;
+  peers through their own `generate` (Hugging Face's with its memories, x-transformers' with `cache_kv=True`): a
+  prompt of `gen_context` tokens, then `gen_tokens` tokens, each seeing the last `gen_context` positions; the time of
+  the whole call (prompt included) over `gen_tokens`;
 * issue 17's targets for the ratios over the peers, and whether this run meets them;
 * training and evaluation tokens/s of the fast path against itself without our C++ kernels
   (`labml_txl.fast.native.disabled()`: PyTorch's attention (in evaluation SDPA with the position terms as its bias),
@@ -405,26 +406,13 @@ def measure_speed(cfg: BenchConfig, compile_model: bool = True, labml_nn: bool =
     return results
 
 
-@torch.no_grad()
-def greedy_tokens(step_log_probs: Callable, prompt: torch.Tensor, n_tokens: int) -> torch.Tensor:
-    """`n_tokens` tokens after `prompt` `[len, batch]`, each the most likely one, fed back one at a time with the
-    memories: `step_log_probs(tokens, mems) -> (log_probs [len, batch, n_token], mems)` (a peer's generation)."""
-    log_probs, mems = step_log_probs(prompt, None)
-    tokens = []
-    for _ in range(n_tokens):
-        token = log_probs[-1].argmax(-1)
-        tokens.append(token)
-        log_probs, mems = step_log_probs(token[None], mems)
-    return torch.stack(tokens)
-
-
 def measure_generation(cfg: BenchConfig, peers: bool = True, device: str = 'cpu',
                        notes: Optional[List[str]] = None) -> Dict[str, Dict[str, float]]:
     """
     Tokens/s of batch-1 greedy generation, `{contender: {'generate': tokens/s}}`: a prompt of `gen_context` tokens,
     then `gen_tokens` tokens, each seeing the last `gen_context` positions (the memory). The fast path through
-    `labml_txl.xl.generation.generate` with `top_k=1`, each peer through `greedy_tokens` with its memory set to
-    `gen_context`. A call is the whole generation, prompt included; the rate is `gen_tokens` over its time. Hugging
+    `labml_txl.xl.generation.generate` with `top_k=1`, each peer through its own `generate` (`benchmark_peers.py`) with
+    a memory, or a window, of `gen_context`. A call is the whole generation, prompt included; the rate is `gen_tokens` over its time. Hugging
     Face's TransfoXL holds our weights, so its tokens should be ours: `notes` (if given) says in how many it agrees.
     """
     notes = [] if notes is None else notes
@@ -433,14 +421,18 @@ def measure_generation(cfg: BenchConfig, peers: bool = True, device: str = 'cpu'
     runners = {'fast': lambda: generate(model, prompt, cfg.gen_tokens, context=cfg.gen_context, top_k=1)}
     if peers:
         # The same peers as for training (the notes of `build_peers` say which and why), with memories of gen_context
-        for name, peer in build_peers(replace(cfg, mem_len=cfg.gen_context), device, []).items():
+        for name, peer in build_peers(replace(cfg, mem_len=cfg.gen_context, tgt_len=cfg.gen_context), device,
+                                      []).items():
             peer.eval()
-            runners[name] = lambda peer=peer: greedy_tokens(peer.step_log_probs, prompt, cfg.gen_tokens)
+            runners[name] = lambda peer=peer: peer.generate(prompt, cfg.gen_tokens)
     # One call of each first gives the tokens, and is the warm-up
     tokens = {name: run() for name, run in runners.items()}
     if HF in tokens:
+        # (its `generate` starts the memories as `mem_len` zero vectors, ours start empty: the tests check its tokens
+        # against ours from the same zero memories)
         same = int((tokens[HF] == tokens['fast']).sum())
-        notes.append(f"generation: {HF}'s greedy tokens equal ours in {same} of {cfg.gen_tokens}")
+        notes.append(f"generation: {HF}'s `generate` starts from zero memories, ours from none; its greedy tokens "
+                     f"equal ours in {same} of {cfg.gen_tokens}")
     seconds = interleaved(runners, cfg.gen_repeats, warmup=0, sync=synchronizer(device))
     return {name: {'generate': cfg.gen_tokens / s} for name, s in seconds.items()}
 

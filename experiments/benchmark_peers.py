@@ -9,9 +9,19 @@ r"""
   bias (`rel_pos_bias`), its option nearest to relative attention. Not the same attention (no $u$, $v$, no sinusoid
   table) nor the same weights, so only its speed is compared.
 
-Each peer is wrapped to the calling convention of `MemTransformerLM`, `model(data, target, *mems) -> [loss, *mems]`
-with `[len, batch]` tensors, so the benchmark's `Stream` drives all of them alike, and gives `step_log_probs(token,
-mems)` for generation.
+Each peer runs through its own public calls, as its users run it:
+
+* training and evaluation: Hugging Face's forward with `labels` and `mems` (its loss, not its log-probabilities), and
+  x-transformers' forward with the `mems` and `return_mems` it documents for Transformer-XL's recurrence, each wrapped
+  to the calling convention of `MemTransformerLM`, `model(data, target, *mems) -> [loss, *mems]` with `[len, batch]`
+  tensors, so the benchmark's `Stream` drives all of them alike. Hugging Face shifts `labels` inside: of a segment of
+  `tgt_len` tokens it scores the last `tgt_len - 1` (the first token's target is the previous segment's last);
+* generation (`generate(prompt, n_tokens)`): Hugging Face's `generate` (greedy, its memories carried between steps as
+  its past) and x-transformers' `AutoregressiveWrapper.generate(..., cache_kv=True)` (greedy: temperature 0) over a
+  window of `gen_context` positions, its kept keys and values trimmed to the window.
+
+`step_log_probs(tokens, mems)` gives the log-probabilities of a segment with memories, for the checks before timing
+(`check_same_outputs`), not for timing.
 
 transformers 4.44.2's `TransfoXLModel.forward` calls `torch.arange(...).type_as(dtype=...)`, which current torch
 refuses; `hf_on_current_torch` lets `Tensor.type_as` take `dtype=` while a Hugging Face call runs (that one line's
@@ -56,9 +66,21 @@ class HuggingFaceXL(nn.Module):
         return [torch.empty(0, tokens.shape[1], self.d_model, device=tokens.device) for _ in range(self.n_layer)]
 
     def forward(self, data: torch.Tensor, target: torch.Tensor, *mems: torch.Tensor) -> List[torch.Tensor]:
-        log_probs, new_mems = self.step_log_probs(data, list(mems))
-        loss = -log_probs.gather(2, target[:, :, None]).squeeze(2)
-        return [loss] + new_mems
+        """Hugging Face's losses `[tgt_len - 1, batch]` of `data` with `labels=data` (shifted inside: `target` is
+        `data` one on, the same targets but the last) and its new memories."""
+        mems = list(mems) or self._empty_mems(data)
+        with hf_on_current_torch():
+            out = self.hf(data.t(), mems=mems, labels=data.t())
+        return [out.losses.t()] + list(out.mems)
+
+    @torch.no_grad()
+    def generate(self, prompt: torch.Tensor, n_tokens: int) -> torch.Tensor:
+        """`n_tokens` greedy tokens `[n_tokens, batch]` after `prompt` `[len, batch]`, by Hugging Face's `generate`
+        (no end-of-sequence token: every call generates `n_tokens`)."""
+        with hf_on_current_torch():
+            out = self.hf.generate(prompt.t(), max_new_tokens=n_tokens, do_sample=False, num_beams=1,
+                                   eos_token_id=None, pad_token_id=0)
+        return out[:, prompt.shape[0]:].t()
 
     def step_log_probs(self, tokens: torch.Tensor, mems) -> Tuple[torch.Tensor, list]:
         """Log-probabilities `[len, batch, n_token]` of `tokens` `[len, batch]` and the new memories."""
@@ -69,7 +91,8 @@ class HuggingFaceXL(nn.Module):
 
 
 class XTransformersXL(nn.Module):
-    """x-transformers' decoder of the size of `cfg`, with memories of `cfg.mem_len` and T5's relative bias."""
+    """x-transformers' decoder of the size of `cfg`, with memories of `cfg.mem_len` and T5's relative bias, over
+    segments of `cfg.tgt_len` (its `max_seq_len`: the window `generate` sees)."""
 
     def __init__(self, cfg, seed: int = 0):
         super().__init__()
@@ -90,6 +113,16 @@ class XTransformersXL(nn.Module):
     def step_log_probs(self, tokens: torch.Tensor, mems) -> Tuple[torch.Tensor, list]:
         logits, new_mems = self.model(tokens.t(), mems=mems or None, return_mems=True)
         return torch.log_softmax(logits, -1).transpose(0, 1), list(new_mems)
+
+    @torch.no_grad()
+    def generate(self, prompt: torch.Tensor, n_tokens: int) -> torch.Tensor:
+        """`n_tokens` greedy tokens `[n_tokens, batch]` after `prompt` `[len, batch]`, by x-transformers'
+        `AutoregressiveWrapper.generate` with its kept keys and values (`cache_kv=True`), over its window of
+        `max_seq_len` positions."""
+        from x_transformers import AutoregressiveWrapper
+        # (its `generate` puts the network back in the wrapper's mode afterwards: the wrapper takes this one's)
+        wrapper = AutoregressiveWrapper(self.model).train(self.training)
+        return wrapper.generate(prompt.t(), n_tokens, temperature=0., cache_kv=True).t()
 
 
 def check_same_outputs(ours: nn.Module, hf: HuggingFaceXL, n_token: int, tgt_len: int, batch: int,

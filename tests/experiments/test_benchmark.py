@@ -13,9 +13,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / 'experiments'))
 
 import benchmark as bench  # noqa: E402
-from benchmark_peers import HuggingFaceXL, XTransformersXL, check_same_outputs  # noqa: E402
-from labml_txl.xl.generation import generate  # noqa: E402
-from tolerance import SAME_FUNCTION, assert_close_rounding  # noqa: E402
+from benchmark_peers import HuggingFaceXL, XTransformersXL, check_same_outputs, hf_on_current_torch  # noqa: E402
+from tolerance import SAME_FUNCTION, assert_close_rounding, xl_config, xl_depths  # noqa: E402
 
 TINY = bench.BenchConfig(n_token=16, n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=32, tgt_len=4, mem_len=4,
                          batch=2, repeats=1, matmul_n=32, gen_context=6, gen_tokens=5, gen_repeats=1)
@@ -36,7 +35,8 @@ def test_benchmark_measures_every_row_on_tiny_sizes():
     assert any(note.startswith(f'{bench.HF}: our weights') for note in notes)
     assert any(note.startswith(f'{bench.XT}:') and 'not the same attention' in note for note in notes)
     # Hugging Face's TransfoXL holds our weights: its greedy tokens are ours
-    assert f"generation: {bench.HF}'s greedy tokens equal ours in 5 of 5" in notes
+    assert any(note.startswith(f"generation: {bench.HF}'s `generate` starts from zero memories, ours from none; its "
+                               f"greedy tokens equal ours in ") and note.endswith(' of 5') for note in notes), notes
     table9 = bench.measure_table9(TINY, [4, 8], repeats=1)
     assert [r['length'] for r in table9] == [4, 8]
     assert all(r[k] > 0 for r in table9 for k in ('xl_segment', 'xl_token', 'vanilla'))
@@ -102,12 +102,29 @@ def test_hugging_face_peer_computes_our_log_probabilities_and_the_check_catches_
         check_same_outputs(ours, hf, TINY.n_token, TINY.tgt_len, TINY.batch)
 
 
-def test_peers_keep_memories_of_their_length_and_hugging_face_generates_our_greedy_tokens():
+def test_peers_keep_memories_of_their_length_and_generate_through_their_own_calls():
     ours = bench.make_xl(TINY, mem_len=TINY.gen_context).eval()
-    prompt = torch.randint(TINY.n_token, (9, 1))
-    expected = generate(ours, prompt, 7, context=TINY.gen_context, top_k=1)
+    prompt = torch.randint(TINY.n_token, (9, 1), generator=torch.Generator().manual_seed(1))
     hf = HuggingFaceXL(ours).eval()
-    assert torch.equal(bench.greedy_tokens(hf.step_log_probs, prompt, 7), expected)
+    # Hugging Face's own `generate`, with its memories, starts them as `mem_len` zero vectors (its `init_mems`), where
+    # ours start empty: its greedy tokens and the log-probabilities it chose them by are ours from the same zero
+    # memories, one token at a time
+    with torch.no_grad():
+        log_probs, mems = ours.log_probs(prompt, [torch.zeros(TINY.gen_context, 1, TINY.d_model)] * (TINY.n_layer + 1))
+        from_zeros, zeros_log_probs = [], []
+        for _ in range(7):
+            zeros_log_probs.append(log_probs[-1])
+            from_zeros.append(log_probs[-1].argmax(-1))
+            log_probs, mems = ours.log_probs(from_zeros[-1][None], mems)
+        with hf_on_current_torch():
+            scores = torch.stack(hf.hf.generate(prompt.t(), max_new_tokens=7, do_sample=False, eos_token_id=None,
+                                                pad_token_id=0, output_scores=True,
+                                                return_dict_in_generate=True).scores)
+    assert torch.equal(hf.generate(prompt, 7), torch.stack(from_zeros))
+    # Rule 2 (float32 both): the log-probabilities over a memory of gen_context and the segment
+    depth = xl_depths(xl_config(ours), TINY.gen_context + 9)[1]
+    magnitude = torch.stack(zeros_log_probs).abs().max().item()
+    assert_close_rounding(scores, torch.stack(zeros_log_probs), depth=depth, magnitude=magnitude)
     peer = XTransformersXL(bench.replace(TINY, mem_len=TINY.gen_context)).eval()
     with torch.no_grad():
         log_probs, mems = peer.step_log_probs(prompt, None)
@@ -119,7 +136,36 @@ def test_peers_keep_memories_of_their_length_and_hugging_face_generates_our_gree
                               magnitude=max(1.0, log_probs.abs().max().item()))
         _, mems = peer.step_log_probs(prompt[:1], mems)
     assert all(m.shape[-2] == TINY.gen_context for m in mems)
-    assert bench.greedy_tokens(peer.step_log_probs, prompt, 7).shape == (7, 1)
+    # x-transformers' own `generate` with kept keys and values (`cache_kv=True`): the tokens of its forward's argmax,
+    # one at a time over the whole sequence (a window, `max_seq_len`, as long as prompt and tokens)
+    generator = XTransformersXL(bench.replace(TINY, mem_len=TINY.gen_context, tgt_len=16)).eval()
+    tokens = generator.generate(prompt, 7)
+    assert tokens.shape == (7, 1)
+    with torch.no_grad():
+        sequence = prompt
+        for _ in range(7):
+            logits = generator.model(sequence.t())
+            sequence = torch.cat([sequence, logits[:, -1].argmax(-1)[None]])
+    assert torch.equal(tokens, sequence[9:])
+    assert not generator.model.training, 'generate leaves the peer in evaluation mode'
+
+
+def test_hugging_face_peer_trains_on_its_own_loss_with_labels():
+    """The peer's training and evaluation call is Hugging Face's forward with `labels`: its losses are ours for the
+    targets it scores (all of a segment's but the first: it shifts the labels inside), segment after segment."""
+    ours = bench.make_xl(TINY).eval()
+    hf = HuggingFaceXL(ours).eval()
+    data = torch.randint(TINY.n_token, (3 * TINY.tgt_len + 1, TINY.batch), generator=torch.Generator().manual_seed(2))
+    ours_mems, hf_mems = [], []
+    with torch.no_grad():
+        for start in range(0, 3 * TINY.tgt_len, TINY.tgt_len):
+            segment, target = data[start:start + TINY.tgt_len], data[start + 1:start + TINY.tgt_len + 1]
+            loss, *ours_mems = ours(segment, target, *ours_mems)
+            hf_loss, *hf_mems = hf(segment, target, *hf_mems)
+            assert hf_loss.shape == (TINY.tgt_len - 1, TINY.batch)
+            # Rule 2 (float32 both): the depth of the log-probabilities over a memory of mem_len
+            depth = xl_depths(xl_config(ours), TINY.mem_len + TINY.tgt_len)[1]
+            assert_close_rounding(hf_loss, loss[:-1], depth=depth, magnitude=loss.abs().max().item())
 
 
 def test_cuda_is_refused_clearly_where_it_is_not_available(monkeypatch, capsys):
