@@ -15,8 +15,8 @@ import ast
 import sys
 from typing import Any, Callable, Dict, List, Optional
 
-from .errors import closest
 from .configs.settings import Settings
+from .errors import closest
 
 BOOLEAN_WORDS = {'true': True, 'yes': True, 'false': False, 'no': False}
 

@@ -13,8 +13,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .masks import heads_mask
 from ..positions.encoding import query_positions, rotate
+from .masks import heads_mask
 from .reference import RelativeTerms, masked_softmax
 
 

@@ -16,10 +16,10 @@ from typing import List
 
 from labml.configs import BaseConfigs
 
-from . import transformer as transformer_configs, xl as xl_configs
-from .settings import describe_items, first_doc_line, type_name
 from ..train import configs as training_module
 from ..train import script_settings
+from . import transformer as transformer_configs, xl as xl_configs
+from .settings import describe_items, first_doc_line, type_name
 
 DOC_PATH = Path(__file__).resolve().parents[2] / 'docs' / 'options.md'
 

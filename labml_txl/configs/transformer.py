@@ -14,11 +14,11 @@ import warnings
 from labml.configs import aggregate, calculate, option
 from torch import nn
 
-from .validation import ValidatedConfigs, chosen_option
-from ..transformer.feed_forward import FeedForward
-from ..transformer.mha import MultiHeadAttention
 from ..positions import registry
 from ..positions.scheme import SchemeSettings
+from ..transformer.feed_forward import FeedForward
+from ..transformer.mha import MultiHeadAttention
+from .validation import ValidatedConfigs, chosen_option
 from ..transformer.models import (Decoder, Encoder, EncoderDecoder, EmbeddingsWithLearnedPositionalEncoding,
                      EmbeddingsWithPositionalEncoding, Generator, TransformerLayer)
 

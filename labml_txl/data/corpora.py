@@ -11,6 +11,7 @@ import inspect
 from pathlib import Path
 from typing import Callable, Dict, Optional, Union
 
+from ..errors import describe_choices
 from .corpus import Corpus
 from .enwik8 import load_enwik8
 from .lm1b import load_lm1b
@@ -18,7 +19,6 @@ from .ptb import load_ptb
 from .text8 import load_text8
 from .tiny_shakespeare import load_tiny_shakespeare_corpus
 from .wikitext import load_wt103, load_wt2, load_wikitext
-from ..errors import describe_choices
 
 # The loader of each corpus name
 CORPORA: Dict[str, Callable[..., Corpus]] = {

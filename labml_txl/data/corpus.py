@@ -14,11 +14,11 @@ from typing import List, Sequence, Union
 
 import torch
 
+from ..errors import describe_choices
 from .cache import compact
 from .ordered_iterator import LMOrderedIterator
 from .shuffled_iterator import LMMultiFileIterator, LMShuffledIterator
 from .vocabulary import Vocabulary
-from ..errors import describe_choices
 
 SPLITS = ('train', 'valid', 'test')
 LEVELS = ('byte', 'char', 'word')

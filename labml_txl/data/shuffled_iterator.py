@@ -28,9 +28,9 @@ from typing import Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 
+from ..errors import require_positive_int
 from .vocabulary import Vocabulary
 from .word_files import encode_file
-from ..errors import require_positive_int
 
 Batch = Tuple[torch.Tensor, torch.Tensor, int]
 

@@ -10,8 +10,8 @@ different split.
 """
 from typing import Optional, Tuple
 
-from .files import DataFileFormatError
 from ..errors import require_positive_int
+from .files import DataFileFormatError
 
 
 def split_sizes(total: int, train_size: Optional[int], valid_size: int, test_size: int, source: str,

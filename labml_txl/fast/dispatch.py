@@ -35,18 +35,18 @@ from torch import nn
 from torch.nn import functional as F
 from torch.nn.modules import module as module_hooks
 
-# (`dropout` calls `dropout_path` here: a module import, read at call time, whichever is imported first)
-from . import dropout as seeded_dropout, prepacked_linear
 from ..attention.composite import composite_attention, rotate_heads, sdpa_attention
 from ..attention.masks import decoder_key_window, heads_mask
+from ..attention.reference import RelativeTerms, attention, scores_of_terms
 from ..errors import require_one_of
+# (`dropout` calls `dropout_path` here: a module import, read at call time, whichever is imported first)
+from . import dropout as seeded_dropout, prepacked_linear
 from .native import attention as native_attention
 from .native import decoder_layer as native_decoder_layer
 from .native import dropout as native_dropout
 from .native import few_rows_linear as native_few_rows
 from .native import layer_norm as native_layer_norm
 from .native.build import native_kernels_enabled
-from ..attention.reference import RelativeTerms, attention, scores_of_terms
 
 if TYPE_CHECKING:
     from ..xl.fused_step import LayerParts

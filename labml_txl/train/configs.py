@@ -11,10 +11,10 @@ from typing import Optional
 import torch
 from labml.configs import aggregate, option
 
+from ..configs.presets import PRESETS, TRAINING_COLUMNS
 from ..configs.xl import TransformerXLConfigs
 from ..data import Corpus, get_corpus
 from ..errors import closest, describe_choices, require_positive_int
-from ..configs.presets import PRESETS, TRAINING_COLUMNS
 from .schedules import SCHEDULES, make_scheduler
 
 PRECISIONS = ('float32', 'bf16', 'fp16')

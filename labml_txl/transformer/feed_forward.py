@@ -16,8 +16,8 @@ which with $f = \sigma$ is GLU, identity is Bilinear, ReLU ReGLU, GELU GEGLU and
 import torch
 from torch import nn
 
-from ..fast.dropout import Dropout
 from ..errors import require_bool, require_positive_int, require_probability
+from ..fast.dropout import Dropout
 
 
 class FeedForward(nn.Module):

@@ -25,13 +25,13 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import nn
 
-from ..fast import dispatch
 from ..attention.composite import split_heads
 from ..attention.masks import check_mask, masked_keys
+from ..attention.reference import RelativeTerms, scores_of_terms
+from ..errors import require_bool, require_positive_int, require_probability
+from ..fast import dispatch
 from ..fast.dispatch import Plan, check_impl
 from ..fast.dropout import Dropout
-from ..errors import require_bool, require_positive_int, require_probability
-from ..attention.reference import RelativeTerms, scores_of_terms
 from ..positions.scheme import PositionScheme
 
 

@@ -19,10 +19,10 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..fast.dropout import Dropout
 from ..errors import require_bool, require_positive_int, require_probability
-from .norms import check_norm, make_norm
+from ..fast.dropout import Dropout
 from ..positions.encoding import get_positional_encoding
+from .norms import check_norm, make_norm
 
 
 class _TokenEmbeddings(nn.Module):

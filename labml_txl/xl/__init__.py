@@ -7,8 +7,8 @@ checkpoints load as they are. See `docs/transformer_xl.md`.
 """
 from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
-from .init import init_weights
 from .attention import XLAttention
+from .init import init_weights
 from .layers import DecoderLayer
 from .log_uniform_sampler import LogUniformSampler, sample_logits
 from .mem_transformer import MemTransformerLM

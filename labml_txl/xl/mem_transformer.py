@@ -54,27 +54,27 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..attention.masks import decoder_window_mask
+from ..errors import require_bool, require_positive_int, require_probability
 from ..fast import dispatch
 from ..fast.dispatch import Plan, check_impl
 from ..fast.dropout import Dropout
-from ..errors import require_bool, require_positive_int, require_probability
-from ..transformer.norms import check_norm
-from ..positions.encoding import relative_distances
 from ..positions import registry
+from ..positions.encoding import relative_distances
 from ..positions.learned_relative import last_rows
 from ..positions.rotary import rotary_features
 from ..positions.scheme import SchemeSettings
 from ..positions.t5_bias import check_t5_buckets
+from ..transformer.norms import check_norm
 from . import fused_step
-from .attention import KeysValues
-from .memory import ModelMemory
-from .formats import hf as hf_format
 from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
+from .attention import KeysValues
 from .checks import check_cutoffs, check_lengths, check_tokens
+from .formats import hf as hf_format
 from .init import check_init, init_weights
 from .layers import DecoderLayer
 from .log_uniform_sampler import LogUniformSampler, sample_logits
+from .memory import ModelMemory
 from .positional_embedding import PositionalEmbedding
 
 # The original's types, which `original_numerics` copies

@@ -22,12 +22,12 @@ from typing import Dict, Optional, Union
 
 import torch
 
+from ...configs.presets import PRESETS
 from ...data import Corpus, Vocabulary, get_corpus
 from ...data.files import DataFileFormatError
 from ...data.published_vocabulary import load_authors_cache, vocabulary_from_hf_pickle
 from ...data.safe_pickle import PickledObject, load_file
 from ...errors import describe_choices
-from ...configs.presets import PRESETS
 
 PathLike = Union[str, Path]
 
