@@ -98,3 +98,10 @@ class PositionScheme:
                              f"positions are the model's inputs' or its parameters'")
         return None
 
+
+def require_scheme(positions) -> PositionScheme:
+    """`positions`, or a `TypeError` naming what an attention accepts: a `PositionScheme` object."""
+    if not isinstance(positions, PositionScheme):
+        raise TypeError(f"positions={positions!r} is not accepted: a PositionScheme object (labml_txl/positions/, "
+                        f"e.g. Rotary(), or by name: positions.registry.build(name, settings))")
+    return positions

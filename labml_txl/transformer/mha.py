@@ -32,7 +32,7 @@ from ..errors import require_bool, require_positive_int, require_probability
 from ..fast import dispatch
 from ..fast.dispatch import Plan, check_impl
 from ..fast.dropout import Dropout
-from ..positions.scheme import PositionScheme
+from ..positions.scheme import PositionScheme, require_scheme
 
 
 def check_heads(heads: int, d_model: int) -> int:
@@ -85,10 +85,7 @@ class MultiHeadAttention(nn.Module):
         # $\frac{1}{\sqrt{d_k}}$
         self.scale = 1 / math.sqrt(self.d_k)
         self.impl = check_impl(impl)
-        if positions is not None and not isinstance(positions, PositionScheme):
-            raise TypeError(f"positions={positions!r} is not accepted: a PositionScheme (labml_txl/positions/, "
-                            f"e.g. Rotary(), or registry.build(name, settings)) or None")
-        if positions is not None and positions.needs_model_positions:
+        if positions is not None and require_scheme(positions).needs_model_positions:
             raise ValueError(f"positions={type(positions).__name__}() is not accepted: its positions are given by a "
                              f"model that owns them (MemTransformerLM), which MultiHeadAttention has not")
         self.positions = positions

@@ -42,7 +42,7 @@ from ..errors import require_bool, require_positive_int, require_probability
 from ..fast import dispatch
 from ..fast.dispatch import Plan
 from ..fast.dropout import Dropout
-from ..positions.scheme import PositionScheme
+from ..positions.scheme import PositionScheme, require_scheme
 from ..transformer.norms import make_norm
 
 
@@ -98,9 +98,7 @@ class XLAttention(nn.Module):
         require_probability('dropout', dropout, allow_one=False)
         require_probability('dropatt', dropatt, allow_one=False)
         require_bool('original_numerics', original_numerics)
-        if not isinstance(positions, PositionScheme):
-            raise TypeError(f"positions={positions!r} is not accepted: a PositionScheme (labml_txl/positions/, by "
-                            f"name from positions/registry.py)")
+        require_scheme(positions)
         self.n_head = n_head
         self.d_model = d_model
         self.d_head = d_head

@@ -7,7 +7,9 @@ import torch
 
 from labml_txl.fast import dispatch
 from labml_txl.attention.masks import subsequent_mask
+from labml_txl.positions.rotary import Rotary
 from labml_txl.transformer.mha import MultiHeadAttention
+from labml_txl.xl.attention import XLAttention
 
 from tolerance import assert_close_rounding, assert_same_function
 
@@ -171,3 +173,14 @@ def test_attention_dropout_in_training_draws_the_same_masks_on_both_paths(dtype)
     # rounding bound above, ~1e-5)
     torch.manual_seed(4)
     assert not torch.allclose(mha(query=x, key=x, value=x, mask=subsequent_mask(6)), outputs[1], atol=1e-3)
+
+
+@pytest.mark.parametrize('build', [
+    lambda positions: MultiHeadAttention(2, 8, positions=positions),
+    lambda positions: XLAttention(2, 8, 4, 0.0, positions=positions),
+], ids=['MultiHeadAttention', 'XLAttention'])
+def test_a_scheme_class_instead_of_an_object_is_refused_naming_what_is_accepted(build):
+    # (the mistake is the class, `positions=Rotary`: a scheme is built per attention)
+    with pytest.raises(TypeError, match=r"positions=<class .*Rotary'> is not accepted: a PositionScheme object"):
+        build(Rotary)
+    assert isinstance(build(Rotary()).positions, Rotary)
