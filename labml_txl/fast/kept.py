@@ -18,6 +18,17 @@ from .parameter_versions import track_fused_optimizer_steps
 T = TypeVar('T')
 
 
+def last_rows_of(view: torch.Tensor) -> Optional[torch.Tensor]:
+    """The tensor whose last rows `view` is (a slice `[n - k:]` of the first axis of the tensor it views, as
+    `xl.memory.ModelMemory.last_rows` gives), or None. A value computed row by row from that whole tensor, kept,
+    serves `view` with its last `k` rows."""
+    whole = view._base
+    if whole is None or whole.shape[1:] != view.shape[1:] or whole.stride() != view.stride():
+        return None
+    skipped = whole.shape[0] - view.shape[0]
+    return whole if view.storage_offset() == whole.storage_offset() + skipped * whole.stride(0) else None
+
+
 def _same_source(kept, given) -> bool:
     if isinstance(given, torch.Tensor):
         # The same tensor, not changed in place since

@@ -24,7 +24,7 @@ from torch import nn
 from ..attention.reference import RelativeTerms
 from ..errors import require_bool
 from ..fast.dispatch import Plan
-from ..fast.kept import KeptValue
+from ..fast.kept import KeptValue, last_rows_of
 from .encoding import relative_distances, sinusoid_inverse_frequencies, sinusoidal_embeddings
 from .scheme import PositionScheme, SchemeSettings
 
@@ -87,11 +87,16 @@ class Relative(PositionScheme):
         return self._sinusoids.get(plan, lambda: self._sinusoids_of(attn.r_net.in_features, *shape), *shape)
 
     def _projected_table(self, attn: nn.Module, plan: Plan, r: torch.Tensor) -> torch.Tensor:
-        """$W_{k,R} R$ as `[heads, rlen, d_head]`, made again only for another table or `r_net` (one-token steps over
-        a full memory then project nothing of length `klen`)."""
-        return self._projected.get(
-            plan, lambda: attn.r_net(r).reshape(r.shape[0], self.heads, self.d_head).transpose(0, 1), r,
+        """$W_{k,R} R$ as `[heads, rlen, d_head]`, made again only for another table or `r_net`. Row $d$ is
+        $W_{k,R} R_d$ alone, so where `r` is the last rows of a longer table (the model's, `ModelMemory.last_rows`),
+        that whole table is projected and kept, and its last rows serve: one-token steps, whose table is one row
+        longer each, project nothing."""
+        whole = last_rows_of(r)
+        whole = r if whole is None else whole
+        projected = self._projected.get(
+            plan, lambda: attn.r_net(whole).reshape(whole.shape[0], self.heads, self.d_head).transpose(0, 1), whole,
             attn.r_net.weight)
+        return projected[:, whole.shape[0] - r.shape[0]:]
 
     def terms(self, attn: nn.Module, plan: Plan, seq_q: int, seq_k: int, like: torch.Tensor, full_table: bool,
               r: Optional[torch.Tensor] = None, r_w_bias: Optional[torch.Tensor] = None,

@@ -76,26 +76,26 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
         """$P_i$, or None when there are no projections."""
         return self.out_projs[i] if len(self.out_projs) > 0 else None
 
-    def _compute_logit(self, plan: Plan, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-                       proj: Optional[torch.Tensor]) -> torch.Tensor:
+    def _compute_logit(self, plan: Plan, hidden: torch.Tensor, i: int) -> torch.Tensor:
+        """$\\mathop{logit}_i(h)$ of cluster `i`; the head's end with its entries for the tail clusters."""
+        proj = self._proj(i)
         if proj is not None:
             # $h P_i$
             hidden = F.linear(hidden, proj.t())
         # $(h P_i) W_i^\top + b_i$
-        return dispatch.linear(plan, hidden, weight, bias)
+        logit = dispatch.linear(plan, hidden, *self._cluster_params(i))
+        if i == 0 and self.n_clusters > 0:
+            # The head's entries of the tail clusters, a product of their own: joining the weights instead would
+            # copy the shortlist's `[shortlist, d_0]` matrix in every call
+            logit = torch.cat([logit, dispatch.linear(plan, hidden, self.cluster_weight, self.cluster_bias)], dim=1)
+        return logit
 
     def _cluster_params(self, i: int) -> Tuple[torch.Tensor, torch.Tensor]:
-        """$W_i$ and $b_i$ of cluster `i`; the head's include the cluster entries."""
-        if self.div_val == 1:
+        """$W_i$ and $b_i$ of the words of cluster `i` (the head's: of the shortlist)."""
+        if self.div_val == 1 and self.n_clusters > 0:
             l_idx, r_idx = self.cutoff_ends[i], self.cutoff_ends[i + 1]
-            weight = self.out_layers[0].weight[l_idx:r_idx]
-            bias = self.out_layers[0].bias[l_idx:r_idx]
-        else:
-            weight, bias = self.out_layers[i].weight, self.out_layers[i].bias
-        if i == 0 and self.n_clusters > 0:
-            weight = torch.cat([weight, self.cluster_weight], dim=0)
-            bias = torch.cat([bias, self.cluster_bias], dim=0)
-        return weight, bias
+            return self.out_layers[0].weight[l_idx:r_idx], self.out_layers[0].bias[l_idx:r_idx]
+        return self.out_layers[i].weight, self.out_layers[i].bias
 
     def _check(self, hidden: torch.Tensor) -> None:
         if hidden.dim() != 2 or hidden.shape[1] != self.d_proj:
@@ -109,16 +109,15 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
             raise ValueError(f"target of shape {list(target.shape)} is not accepted: expected [N] = "
                              f"[{hidden.shape[0]}], one id per row of hidden")
         if self.n_clusters == 0:
-            logit = self._compute_logit(plan, hidden, self.out_layers[0].weight, self.out_layers[0].bias, self._proj(0))
+            logit = self._compute_logit(plan, hidden, 0)
             # $-\log p(w \mid h)$
             return -F.log_softmax(logit, dim=-1).gather(1, target[:, None]).squeeze(1)
 
         if dispatch.softmax_clusters(plan) == 'every cluster':
             # Every cluster for every row, then the target's
             return -self.log_prob(hidden, plan=plan).gather(1, target[:, None]).squeeze(1)
-        head_weight, head_bias = self._cluster_params(0)
         # $\log p_{head}(\cdot \mid h)$, `[N, shortlist + n_clusters]`
-        head_logprob = F.log_softmax(self._compute_logit(plan, hidden, head_weight, head_bias, self._proj(0)), dim=1)
+        head_logprob = F.log_softmax(self._compute_logit(plan, hidden, 0), dim=1)
         nll = hidden.new_zeros(target.shape)
         for i in range(len(self.cutoffs)):
             l_idx, r_idx = self.cutoff_ends[i], self.cutoff_ends[i + 1]
@@ -131,9 +130,7 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
                 # A shortlist word: $\log p_{head}(w \mid h)$
                 logprob_i = head_logprob_i.gather(1, target_i[:, None]).squeeze(1)
             else:
-                weight_i, bias_i = self._cluster_params(i)
-                hidden_i = hidden.index_select(0, indices_i)
-                tail_logit_i = self._compute_logit(plan, hidden_i, weight_i, bias_i, self._proj(i))
+                tail_logit_i = self._compute_logit(plan, hidden.index_select(0, indices_i), i)
                 tail_logprob_i = F.log_softmax(tail_logit_i, dim=1)
                 # $\log p_{head}(\text{cluster } i \mid h) + \log p_i(w \mid h)$
                 logprob_i = head_logprob_i[:, -i] + tail_logprob_i.gather(1, target_i[:, None]).squeeze(1)
@@ -148,21 +145,18 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
             return self.log_prob(hidden, plan=plan)
         self._check(hidden)
         plan = Plan.now(hidden.device) if plan is None else plan
-        return self._compute_logit(plan, hidden, self.out_layers[0].weight, self.out_layers[0].bias, self._proj(0))
+        return self._compute_logit(plan, hidden, 0)
 
     def log_prob(self, hidden: torch.Tensor, *, plan: Optional[Plan] = None) -> torch.Tensor:
         """Full log-probabilities $\\log p(w \\mid h)$ of every word, `[N, n_token]`."""
         self._check(hidden)
         plan = Plan.now(hidden.device) if plan is None else plan
         if self.n_clusters == 0:
-            logit = self._compute_logit(plan, hidden, self.out_layers[0].weight, self.out_layers[0].bias, self._proj(0))
-            return F.log_softmax(logit, dim=-1)
-        head_weight, head_bias = self._cluster_params(0)
-        head_logprob = F.log_softmax(self._compute_logit(plan, hidden, head_weight, head_bias, self._proj(0)), dim=1)
+            return F.log_softmax(self._compute_logit(plan, hidden, 0), dim=-1)
+        head_logprob = F.log_softmax(self._compute_logit(plan, hidden, 0), dim=1)
         out = [head_logprob[:, :self.shortlist_size]]
         for i in range(1, len(self.cutoffs)):
-            weight_i, bias_i = self._cluster_params(i)
-            tail_logprob_i = F.log_softmax(self._compute_logit(plan, hidden, weight_i, bias_i, self._proj(i)), dim=1)
+            tail_logprob_i = F.log_softmax(self._compute_logit(plan, hidden, i), dim=1)
             # $\log p_{head}(\text{cluster } i \mid h) + \log p_i(\cdot \mid h)$
             out.append(head_logprob[:, -i, None] + tail_logprob_i)
         return torch.cat(out, dim=1)

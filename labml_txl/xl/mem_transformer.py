@@ -460,20 +460,23 @@ class MemTransformerLM(nn.Module):
         """How many keys up to its own position a query sees, of `klen`: all, or `mem_len` with `same_length`."""
         return min(self.mem_len, klen) if self.same_length else klen
 
-    def _positions(self, qlen: int, klen: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    def _positions(self, klen: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """Sinusoidal embeddings of `klen - 1 .. 0` (clipped at `clamp_len`), `[klen, 1, d_model]`."""
         # Positions are exact integers only in float32 or float64
         pos_dtype = torch.float64 if dtype == torch.float64 else torch.float32
-        pos_seq = relative_distances(qlen, klen, bidirectional=False, clamp_len=self.clamp_len,
+        pos_seq = relative_distances(klen, klen, bidirectional=False, clamp_len=self.clamp_len,
                                      dtype=pos_dtype, device=device)
         return self.pos_emb(pos_seq).to(dtype)
 
     def _cached_positions(self, plan: Plan, qlen: int, klen: int, dtype: torch.dtype,
                           device: torch.device) -> torch.Tensor:
-        """`_positions`, cached; the key holds the frequencies' version, so a loaded `inv_freq` is seen."""
+        """`_positions`, the last `klen` rows of one kept table as long as the longest segment over a full memory
+        (one-token steps, one key longer each, read the same table); the key holds the frequencies' version, so a
+        loaded `inv_freq` is seen."""
         inv_freq = self.pos_emb.inv_freq
-        key = ('pos', klen, self.clamp_len, dtype, device, inv_freq.data_ptr(), inv_freq._version)
-        return self._memory.shaped(plan, key, lambda: self._positions(qlen, klen, dtype, device))
+        key = ('pos', self.clamp_len, dtype, device, inv_freq.data_ptr(), inv_freq._version)
+        return self._memory.last_rows(plan, key, klen, self.mem_len + max(qlen, self.tgt_len or 0),
+                                      lambda rows: self._positions(rows, dtype, device))
 
     def _forward(self, plan: Plan, dec_inp: torch.Tensor, mems: Optional[List[torch.Tensor]]
                  ) -> Tuple[torch.Tensor, List[torch.Tensor]]:

@@ -5,7 +5,7 @@ Transformer-XL's recurrence needs only the memories: `model(data, target, *mems)
 $m^{n}_{\tau+1} = [m^{n}_\tau \circ h^{n}_{\tau+1}]_{[beg, end)}$. Evaluation keeps more, each derived from what a
 call computed and each exact:
 
-* the positions and masks of each segment shape (`shaped`), which depend on shapes only;
+* the positions and masks of each segment shape (`shaped`, `last_rows`), which depend on shapes only;
 * the keys and values of each memory, projected by the segment before (`kv_memo.py`);
 * the append buffers whose windows are the returned memories (`append_buffer.py`), so a step writes only its rows;
 * what the decoder-layer kernel reads of each layer (`fused_step.LayerParts`).
@@ -37,6 +37,8 @@ class ModelMemory:
         """Forget everything kept: after a change of lengths, dtype or device, or of `impl`."""
         # Positions and masks by shape, dtype and device
         self.shapes: Dict[tuple, torch.Tensor] = {}
+        # Tables that serve every length up to their own (`last_rows`), by dtype, device and what they depend on
+        self.tables: Dict[tuple, torch.Tensor] = {}
         self.keys_values = KeyValueMemo()
         # Per layer input, the buffer whose window is the memory last returned
         self.buffers: Dict[int, Optional[AppendBuffer]] = {}
@@ -54,6 +56,21 @@ class ModelMemory:
                 self.shapes = {}
             value = self.shapes[key] = make()
         return value
+
+    def last_rows(self, plan: Plan, key: tuple, rows: int, longest: int, make: Callable[[int], torch.Tensor]
+                  ) -> torch.Tensor:
+        """The last `rows` rows of the table kept under `key`, for tables whose last rows are the table of fewer rows
+        (the distances `n - 1 .. 0`): made by `make(n)` with `n = max(rows, longest)` where the kept one is shorter,
+        so one table serves every length up to `longest`, and what is derived from it row by row can be kept once
+        (`fast.kept.last_rows_of`). Not kept where the plan keeps no values of shapes: `make(rows)`."""
+        if not plan.keeps_shapes:
+            return make(rows)
+        table = self.tables.get(key)
+        if table is None or table.shape[0] < rows:
+            table = make(max(rows, longest))
+            # A tensor of its own, not a view, so that its slices are seen as its rows (`last_rows_of`)
+            table = self.tables[key] = table if table._base is None else table.clone()
+        return table[table.shape[0] - rows:]
 
     def layer_parts(self, layers: nn.ModuleList) -> Sequence[LayerParts]:
         """What the decoder-layer kernel would read of each layer, gathered (again, where a layer changed) only when

@@ -584,12 +584,16 @@ def test_positions_and_masks_are_cached_per_shape_and_dropped_when_lengths_chang
     loss, *mems = model(data[:5], data[1:6])
     model(data[5:10], data[6:11], *mems)
     keys = set(model._memory.shapes)
-    assert {k[0] for k in keys} == {'mask', 'pos'} and len(keys) == 4, 'one mask and table per (qlen, mlen)'
+    assert {k[0] for k in keys} == {'mask'} and len(keys) == 2, 'one mask per (qlen, mlen)'
+    # One table of positions for both, as long as a segment over a full memory (mem_len 5, tgt_len 5)
+    (table,) = model._memory.tables.values()
+    assert table.shape[0] == 10
     mask_key = next(k for k in keys if k[0] == 'mask' and k[2] == 5)
     model(data[5:10], data[6:11], *mems)
     assert set(model._memory.shapes) == keys, 'the same shapes reuse the cache'
+    assert next(iter(model._memory.tables.values())) is table, 'the same table serves again'
     model.reset_length(5, 0, 3)
-    assert model._memory.shapes == {}, 'new lengths start a fresh cache'
+    assert model._memory.shapes == {} and model._memory.tables == {}, 'new lengths start a fresh cache'
     # `same_length` masks depend on mem_len: the cached mask of the old mem_len is not reused
     expected = model._attn_mask(5, 5, data.device)
     model(data[5:10], data[6:11], *mems)
@@ -598,6 +602,7 @@ def test_positions_and_masks_are_cached_per_shape_and_dropped_when_lengths_chang
     assert model._memory.shapes == {}, 'a new dtype starts a fresh cache'
     model(data[:5], data[1:6])
     assert all(v.dtype in (torch.float64, torch.bool) for v in model._memory.shapes.values())
+    assert [v.dtype for v in model._memory.tables.values()] == [torch.float64]
 
 
 def test_cached_positions_see_loaded_frequencies():

@@ -78,3 +78,26 @@ def test_branching_from_one_memory_recomputes_and_matches(qlen):
         step(segments[2], *mems)
         second_branch = step(segments[3], *mems)
         step(segments[4], *second_branch)
+
+
+@pytest.mark.parametrize('clamp_len', [-1, 5], ids=['no-clamp', 'clamp-5'])
+def test_one_token_steps_project_the_relative_table_once(clamp_len):
+    """Greedy generation over a growing context: every step's table `klen - 1 .. 0` is the last rows of the one kept
+    table, so $W_{k,R} R$ (`r_net`) is projected by the prompt's call alone, once per layer, and every step still
+    equals the plain path, which projects each step's own table (float64: the same function)."""
+    plain, fast = _pair(torch.float64, attn_type=0, mem_len=12, tgt_len=4, clamp_len=clamp_len)
+    projected = Counter()
+    for i, layer in enumerate(fast.layers):
+        layer.dec_attn.r_net.register_forward_hook(lambda module, inputs, output, i=i: projected.update([i]))
+    prompt = torch.randint(40, (4, 2), generator=torch.Generator().manual_seed(2))
+    plain_mems, fast_mems, x = None, None, prompt
+    with torch.no_grad():
+        for step in range(10):
+            plain_log_probs, plain_mems = plain.log_probs(x, plain_mems)
+            fast_log_probs, fast_mems = fast.log_probs(x, fast_mems)
+            assert_the_same_step(fast, x.shape[0] + (step and plain_mems[0].shape[0]), fast_log_probs,
+                                 plain_log_probs, fast_mems, plain_mems)
+            if step == 0:
+                assert projected == {i: 1 for i in range(len(fast.layers))}
+            x = fast_log_probs[-1].argmax(-1)[None]
+    assert projected == {i: 1 for i in range(len(fast.layers))}
