@@ -1,9 +1,14 @@
 r"""
 # Transformer-XL speed: the fast path against the plain path, labml_nn and the peers a user would pick instead
 
-    python experiments/benchmark.py                  # the full table on the CPU (about 6 minutes on 2 cores)
+    python experiments/benchmark.py                  # both configurations on the CPU (about 12 minutes on 2 cores)
+    python experiments/benchmark.py --config small   # the small one alone (about 6 minutes)
     python experiments/benchmark.py --quick          # a smoke run on tiny sizes
     python experiments/benchmark.py --device cuda    # on a GPU: every row that can run there
+
+Two configurations: the small one below (4 layers, d_model 256, batch 8: its 13 MB of weights sit in the cache, so
+a step is mostly the cost of calls), then the published WikiText-103 model's shapes (`benchmark_wt103.py`: 285M
+parameters, evaluation at the paper's test settings and batch-1 sampling against Hugging Face's, on the CPU).
 
 Every number is a ratio of medians of runs interleaved in this process (round robin: one call of each contender
 per round, the order rotated every round), so a load that comes and goes slows all contenders alike. Rows:
@@ -250,37 +255,49 @@ def linear_runner(cfg: BenchConfig, dtype: torch.dtype, device: str = 'cpu') -> 
     return lambda: F.linear(x, weight)
 
 
-def products_runner(cfg: BenchConfig) -> Callable[[], None]:
+def products_runner(cfg, softmax: Optional[List[Tuple[int, int, int]]] = None,
+                    masked: Optional[torch.Tensor] = None) -> Callable[[], None]:
     r"""
     Only the products of one evaluation segment of the fast path, at its shapes and with its kernels, with a full
     memory whose keys and values are kept: per layer $[W_q; W_k; W_v]$ of the segment, the attention (what
     `dispatch.attend` runs for it: our kernel where it is available), $W_o$ and the two feed-forward layers (what
-    `dispatch.linear` runs: oneDNN with prepacked weights, the ReLU applied by the product); then the softmax layer.
+    `dispatch.linear` runs: oneDNN with prepacked weights, the ReLU applied by the product); then the softmax layer's
+    products, `softmax` as `(rows, in_features, out_features)` (default: one layer over the vocabulary).
     Nothing else (no layer norm, residual, copy or memory update outside these kernels).
     An implementation that computes these products with these kernels on this machine evaluates no faster than this:
     its tokens/s bound the fast path's.
+
+    Args:
+        cfg: the sizes (`BenchConfig`'s fields `n_layer`, `d_model`, `n_head`, `d_head`, `d_inner`, `tgt_len`,
+            `mem_len`, `batch`, `n_token`).
+        masked: the attention's mask `[tgt_len, tgt_len + mem_len]` (default: causal over all keys).
     """
     q, m, b, d, h, dh = cfg.tgt_len, cfg.mem_len, cfg.batch, cfg.d_model, cfg.n_head, cfg.d_head
     k, rows = q + m, q * b
+    softmax = [(rows, d, cfg.n_token)] if softmax is None else softmax
+    masked = decoder_causal_mask(q, k) if masked is None else masked
     x, x_inner = torch.randn(rows, d), torch.randn(rows, cfg.d_inner)
     heads_q, heads_kv = torch.randn(b, h, q, dh), torch.randn(b, h, k, dh)
     terms = RelativeTerms(torch.randn(h, k, dh), torch.randn(h, dh), torch.randn(h, dh))
-    weights = [nn.Parameter(torch.randn(*shape), requires_grad=False)
-               for shape in ((3 * h * dh, d), (d, h * dh), (cfg.d_inner, d), (cfg.d_inner,), (d, cfg.d_inner), (d,),
-                             (cfg.n_token, d), (cfg.n_token,))]
-    w_qkv, w_o, w_1, b_1, w_2, b_2, w_out, b_out = weights
-    causal = decoder_causal_mask(q, k)
+
+    def weight(*shape):
+        return nn.Parameter(torch.randn(*shape), requires_grad=False)
+
+    w_qkv, w_o, w_1, b_1, w_2, b_2 = (weight(*shape) for shape in ((3 * h * dh, d), (d, h * dh), (cfg.d_inner, d),
+                                                                   (cfg.d_inner,), (d, cfg.d_inner), (d,)))
+    outputs = [(torch.randn(n, n_in), weight(n_out, n_in), weight(n_out)) for n, n_in, n_out in softmax]
 
     def segment():
         with torch.no_grad():
             plan = Plan.now(x.device)
             for _ in range(cfg.n_layer):
                 dispatch.linear(plan, x, w_qkv)
-                dispatch.attend(plan, heads_q, heads_kv, heads_kv, scale=dh ** -0.5, masked=causal, terms=terms)
+                dispatch.attend(plan, heads_q, heads_kv, heads_kv, scale=dh ** -0.5, masked=masked, terms=terms)
                 dispatch.linear(plan, x, w_o)
                 dispatch.linear(plan, x, w_1, b_1, relu=True)
                 dispatch.linear(plan, x_inner, w_2, b_2)
-            dispatch.linear(plan, x, w_out, b_out)
+            for inputs, w_out, b_out in outputs:
+                dispatch.linear(plan, inputs, w_out, b_out)
     return segment
 
 
@@ -723,6 +740,10 @@ def main():
     parser.add_argument('--no-compile', action='store_true', help='leave out the torch.compile contender')
     parser.add_argument('--device', choices=('cpu', 'cuda'), default='cpu',
                         help='where the models run (cuda: a GPU; rows of CPU-only code are left out, with the reason)')
+    parser.add_argument('--config', choices=('both', 'small', 'wt103'), default='both',
+                        help="small: the table above (4 layers, d_model 256); wt103: the published WikiText-103 "
+                             "model's shapes against Hugging Face's (benchmark_wt103.py, on the CPU); both: one, "
+                             "then the other")
     parser.add_argument('--memory-child', help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:
@@ -734,6 +755,22 @@ def main():
               f'(torch.cuda.is_available() is False: no CUDA build or no GPU visible); nothing was measured',
               file=sys.stderr)
         sys.exit(2)
+    start = time.perf_counter()
+    if args.config != 'wt103':
+        run_small(args)
+    if args.config != 'small':
+        if args.device == 'cpu':
+            # (here, not at the top: it imports this module's helpers)
+            import benchmark_wt103
+            print('\n' + benchmark_wt103.run(benchmark_wt103.QUICK if args.quick else benchmark_wt103.FULL))
+        else:
+            print(f'\nThe WikiText-103 shapes: not measured on {args.device} (their rows read /proc and time our CPU '
+                  f'kernels)')
+    print(f'\n({time.perf_counter() - start:.0f} s)')
+
+
+def run_small(args: argparse.Namespace) -> None:
+    """The small configuration's tables, printed."""
     cfg = QUICK if args.quick else FULL
     lengths = [16, 32] if args.quick else [128, 256, 512, 800]
     mem_lens = [32, 64] if args.quick else [512, 1024, 2048]
