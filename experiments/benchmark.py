@@ -547,7 +547,7 @@ def measure_table9(cfg: BenchConfig, lengths: List[int], repeats: int = 15, devi
     return rows
 
 
-def _resident_kib(field: str = 'VmRSS') -> int:
+def resident_kib(field: str = 'VmRSS') -> int:
     """`VmRSS` (resident now) or `VmHWM` (its peak) of this process, in KiB, from `/proc/self/status`."""
     with open('/proc/self/status') as f:
         for line in f:
@@ -556,7 +556,7 @@ def _resident_kib(field: str = 'VmRSS') -> int:
     raise RuntimeError(f'{field} is not in /proc/self/status')
 
 
-def _settle_and_reset_peak() -> None:
+def settle_and_reset_peak() -> None:
     """Give freed heap back to the system (so it is not reused unseen) and restart the peak (`VmHWM`)."""
     ctypes.CDLL('libc.so.6').malloc_trim(0)
     with open('/proc/self/clear_refs', 'w') as f:
@@ -573,16 +573,16 @@ def _memory_child(cfg: BenchConfig, mem_len: int, fast: bool) -> Dict[str, float
     model.reset_length(cfg.tgt_len, 0, mem_len)
     n_fill = math.ceil(mem_len / cfg.tgt_len)
     data = torch.randint(cfg.n_token, ((n_fill + 2) * cfg.tgt_len, cfg.batch))
-    _settle_and_reset_peak()
-    model_kib = _resident_kib()
+    settle_and_reset_peak()
+    model_kib = resident_kib()
     with torch.no_grad():
         mems = None
         for s in range(n_fill):
             _, mems = model.log_probs(data[s * cfg.tgt_len:(s + 1) * cfg.tgt_len], mems)
-        _settle_and_reset_peak()
+        settle_and_reset_peak()
         for s in range(n_fill, n_fill + 2):
             _, mems = model.log_probs(data[s * cfg.tgt_len:(s + 1) * cfg.tgt_len], mems)
-    peak_kib = _resident_kib('VmHWM')
+    peak_kib = resident_kib('VmHWM')
     mems_mib = sum(m.numel() * m.element_size() for m in mems) / 2 ** 20
     return {'model_mib': model_kib / 1024, 'eval_peak_mib': (peak_kib - model_kib) / 1024, 'mems_mib': mems_mib}
 

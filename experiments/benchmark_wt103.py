@@ -28,7 +28,6 @@ WikiText's words roughly are), so that the adaptive softmax's clusters get the r
   float32's on the same segment over the same kind of memory, and how many of its greedy words are float32's.
 """
 import argparse
-import ctypes
 import json
 import subprocess
 import sys
@@ -43,7 +42,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchmark import format_table, interleaved, products_runner  # noqa: E402
+from benchmark import format_table, interleaved, products_runner, resident_kib, settle_and_reset_peak  # noqa: E402
 from benchmark_peers import HuggingFaceXL  # noqa: E402
 from labml_txl.attention.masks import decoder_window_mask  # noqa: E402
 from labml_txl.fast import prepacked_linear  # noqa: E402
@@ -196,14 +195,6 @@ def measure_evaluation(cfg: WT103Config, model: MemTransformerLM, hf: Optional[H
 
 # -- peak memory --
 
-def _resident_mib(field: str) -> float:
-    with open('/proc/self/status') as f:
-        for line in f:
-            if line.startswith(field + ':'):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f'{field} is not in /proc/self/status')
-
-
 def _memory_child(cfg: WT103Config, contender: str) -> Dict[str, float]:
     """In a fresh process: the contender (`'fast'`, `'plain'` or Hugging Face's) built, its memory filled, then the
     peak resident set over two more segments, with freed heap given back and the peak restarted before them
@@ -213,12 +204,10 @@ def _memory_child(cfg: WT103Config, contender: str) -> Dict[str, float]:
         model = hugging_face(model)
     words = zipf_words(cfg, cfg.mem_len + 2 * cfg.tgt_len + 1, seed=1)
     run = Evaluation(model, words, cfg)
-    ctypes.CDLL('libc.so.6').malloc_trim(0)
-    with open('/proc/self/clear_refs', 'w') as f:
-        f.write('5')
-    before = _resident_mib('VmRSS')
+    settle_and_reset_peak()
+    before = resident_kib() / 1024
     run(), run()
-    out = {'resident_mib': before, 'peak_mib': _resident_mib('VmHWM')}
+    out = {'resident_mib': before, 'peak_mib': resident_kib('VmHWM') / 1024}
     if contender == 'fast':
         # The weights oneDNN packed for the products (a copy each: `fast/prepacked_linear.py`), an opaque tensor
         # whose bytes are its elements'
