@@ -42,14 +42,13 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchmark import format_table, interleaved, products_runner, resident_kib, settle_and_reset_peak  # noqa: E402
+from benchmark import HF, format_table, interleaved, products_runner, resident_kib, settle_and_reset_peak  # noqa: E402
 from benchmark_peers import HuggingFaceXL  # noqa: E402
 from labml_txl.attention.masks import decoder_window_mask  # noqa: E402
 from labml_txl.fast import prepacked_linear  # noqa: E402
 from labml_txl.xl import MemTransformerLM  # noqa: E402
 from labml_txl.xl.generation import generate  # noqa: E402
 
-HF = 'HF TransfoXL'
 BF16 = 'fast, bf16 weights'
 
 
@@ -272,7 +271,8 @@ def run(cfg: WT103Config, peers: bool = True) -> str:
     """Every measurement; returns the markdown tables (measurements, then issue 29's targets) and the notes."""
     notes, rows = [], []
     model = make_model(cfg)
-    hf = hugging_face(make_model(cfg)) if peers else None
+    # (it saves `model`'s weights and reads them back, leaving `model` as it is)
+    hf = hugging_face(model) if peers else None
     bf16 = None
     if torch.ops.mkldnn._is_mkldnn_bf16_supported():
         bf16 = make_model(cfg).to(torch.bfloat16)

@@ -115,8 +115,9 @@ def content_attention(attn: XLAttention, queries: torch.Tensor, memory: torch.Te
         `queries` `[qlen, batch, d_model]`, `memory` `[mlen, batch, d_model]`; returns `[qlen, batch, n_head, d_head]`.
     """
     hd = attn.n_head * attn.d_head
-    # $[W_q; W_k; W_v]$, detached
-    w_q, w_k, w_v = torch.cat([w.detach() for w in attn.projection_weights()]).split(hd)
+    # $[W_q; W_k; W_v]$, detached (one joint matrix is split as it is, two are joined first)
+    weights = attn.projection_weights()
+    w_q, w_k, w_v = (weights[0] if len(weights) == 1 else torch.cat(weights)).detach().split(hd)
     if attn.pre_lnorm:
         norm = attn.layer_norm
         weight = None if norm.weight is None else norm.weight.detach()
