@@ -70,6 +70,7 @@ from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
 from .attention import KeysValues
 from .checks import check_cutoffs, check_lengths, check_tokens
+from .compressed_memory import CompressedMemory, check_compressed_memory
 from .formats import hf as hf_format
 from .init import check_init, init_weights
 from .layers import DecoderLayer
@@ -153,6 +154,14 @@ class MemTransformerLM(nn.Module):
             layer (`labml_txl/transformer/norms.py`); either is kept as `layer_norm`, RMSNorm without a bias.
         rotary_fraction: (new) the fraction of each head's features that `attn_type` 4 rotates, in (0, 1].
         t5_num_buckets, t5_max_distance: (new) the causal distance buckets of `attn_type` 6 (`positions/t5_bias.py`).
+        cmem_len: (new) the Compressive Transformer's compressed memory (Rae et al., 2020;
+            `compressed_memory.py`): per layer, up to `cmem_len` compressions of the memories that fall out of
+            `mem_len`, attended before the memory, with every attention type; 0 (the default) for none. The
+            compressed memories follow the memories in the list of memories (`n_layer` more tensors).
+        compression_rate: (new) how many memories make one compressed row; at most `mem_len`.
+        compression: (new) the compression function: `'conv'` (the paper's best, a learned 1D convolution of kernel
+            and stride `compression_rate`, with PyTorch's initialisation), `'max_pool'` or `'mean_pool'`. It and
+            `compression_rate` are checked but unused with `cmem_len` 0, so a sweep may set them for every run.
         impl: (new) how to compute: `'auto'` (the default) lets `labml_txl.fast.dispatch` pick, per call, the fastest
             implementation that serves it (our C++ kernels, SDPA, the head-major composite, oneDNN's prepacked
             products; each refused path has a reason, `dispatch.recording()`); `'reference'` runs the readable
@@ -177,7 +186,7 @@ class MemTransformerLM(nn.Module):
                  untie_r: bool = False, init: str = 'normal', init_range: float = 0.1, init_std: float = 0.02,
                  proj_init_std: float = 0.01, original_numerics: bool = False, norm: str = 'layer_norm',
                  rotary_fraction: float = 1.0, t5_num_buckets: int = 32, t5_max_distance: int = 128,
-                 impl: str = 'auto'):
+                 cmem_len: int = 0, compression_rate: int = 4, compression: str = 'conv', impl: str = 'auto'):
         super().__init__()
         for name, value in (('n_token', n_token), ('n_layer', n_layer), ('n_head', n_head),
                             ('d_model', d_model), ('d_head', d_head), ('d_inner', d_inner)):
@@ -229,6 +238,7 @@ class MemTransformerLM(nn.Module):
                              f"biases of attn_type 0 (type 1 has per-layer biases already, 2 and 3 have none)")
         check_init(init, init_range, init_std, proj_init_std)
         check_norm(norm)
+        check_compressed_memory(cmem_len, compression_rate, compression, mem_len)
         # The settings of the schemes, checked whichever type is chosen
         rotary_features(d_head, rotary_fraction)
         check_t5_buckets(t5_num_buckets, t5_max_distance, False, names=('t5_num_buckets', 't5_max_distance'))
@@ -257,7 +267,7 @@ class MemTransformerLM(nn.Module):
         self.mem_len = mem_len
         self.ext_len = ext_len
         # Length of the learned tables of attention types 1 and 3
-        self.max_klen = (tgt_len or 0) + ext_len + mem_len
+        self.max_klen = (tgt_len or 0) + ext_len + mem_len + cmem_len
 
         self.attn_type = attn_type
         self.layers = nn.ModuleList()
@@ -286,6 +296,10 @@ class MemTransformerLM(nn.Module):
 
         self.same_length = same_length
         self.clamp_len = clamp_len
+        # Each layer's compression function and the rule of its compressed memory (`compressed_memory.py`)
+        self.compression_rate, self.compression = compression_rate, compression
+        self.compressed_memory = (CompressedMemory(n_layer, d_model, cmem_len, compression_rate, compression)
+                                  if cmem_len > 0 else None)
         self._create_params()
         init_weights(self, init=init, init_range=init_range, init_std=init_std, proj_init_std=proj_init_std)
         # What evaluation keeps between calls: positions and masks, the memories' keys and values and buffers,
@@ -302,6 +316,11 @@ class MemTransformerLM(nn.Module):
     def impl(self, value: str) -> None:
         self._impl = check_impl(value)
         self._drop_caches()
+
+    @property
+    def cmem_len(self) -> int:
+        """The compressed memory's length (0 for none)."""
+        return 0 if self.compressed_memory is None else self.compressed_memory.cmem_len
 
     def _apply(self, fn, *args, **kwargs):
         # A new dtype or device: the cached positions and masks are of the old ones
@@ -340,18 +359,25 @@ class MemTransformerLM(nn.Module):
             raise ValueError(f"clamp_len={clamp_len!r} is not accepted: an integer (<= 0 for no clipping)")
 
     def reset_length(self, tgt_len: int, ext_len: int, mem_len: int, *, same_length: Optional[bool] = None,
-                     clamp_len: Optional[int] = None) -> None:
+                     clamp_len: Optional[int] = None, cmem_len: Optional[int] = None) -> None:
         """
         Change the segment, extended-context and memory lengths (e.g. a longer memory for evaluation); `tgt_len`
-        may be None as in the constructor. `same_length` and `clamp_len`, where given, change those too (the paper's
-        evaluation sets all four). Each is checked as the constructor checks it, before anything changes.
+        may be None as in the constructor. `same_length`, `clamp_len` and, for a model with a compressed memory,
+        `cmem_len`, where given, change those too (the paper's evaluation sets the first four). Each is checked as
+        the constructor checks it, before anything changes.
         """
         same_length = self.same_length if same_length is None else same_length
         clamp_len = self.clamp_len if clamp_len is None else clamp_len
+        if cmem_len is not None and cmem_len != self.cmem_len and (self.compressed_memory is None or cmem_len < 1):
+            raise ValueError(f"cmem_len={cmem_len!r} is not accepted by a model built with cmem_len={self.cmem_len}: "
+                             f"a model with a compressed memory keeps one of at least 1, and one without has no "
+                             f"compression functions (build it with cmem_len > 0)")
+        cmem_len = self.cmem_len if cmem_len is None else cmem_len
         check_lengths(tgt_len, ext_len, mem_len, allow_none_tgt=self.attn_type not in LEARNED_TABLE_TYPES)
         require_bool('same_length', same_length)
         self._check_same_length(same_length, mem_len)
         self._check_clamp_len(clamp_len)
+        check_compressed_memory(cmem_len, self.compression_rate, self.compression, mem_len)
         # Masks with `same_length` depend on `mem_len`: start the caches afresh
         self._drop_caches()
         self.tgt_len = tgt_len
@@ -359,15 +385,21 @@ class MemTransformerLM(nn.Module):
         self.ext_len = ext_len
         self.same_length = same_length
         self.clamp_len = clamp_len
+        if self.compressed_memory is not None:
+            self.compressed_memory.cmem_len = cmem_len
 
     def init_mems(self, bsz: Optional[int] = None) -> Optional[List[torch.Tensor]]:
         """Empty memories (`n_layer + 1` tensors, `[0, bsz, d_model]`, or `[0]` as the original when `bsz`
-        is not given), or None when `mem_len` is 0."""
+        is not given, then `n_layer` compressed memories where `cmem_len > 0`), or None when `mem_len` is 0."""
         if self.mem_len == 0:
             return None
         param = self.word_emb.emb_layers[0].weight
         shape = (0,) if bsz is None else (0, bsz, self.d_model)
-        return [torch.empty(shape, dtype=param.dtype, device=param.device) for _ in range(self.n_layer + 1)]
+        return [torch.empty(shape, dtype=param.dtype, device=param.device) for _ in range(self._n_memories())]
+
+    def _n_memories(self) -> int:
+        """How many memories a segment takes and returns: `n_layer + 1`, then `n_layer` compressed ones."""
+        return self.n_layer + 1 + (self.n_layer if self.compressed_memory is not None else 0)
 
     # -- Hugging Face's TransfoXL folders (`hf_format.py`) --
 
@@ -405,10 +437,12 @@ class MemTransformerLM(nn.Module):
         if mems is None or len(mems) == 0:
             return None
         mems = list(mems)
-        if len(mems) != self.n_layer + 1:
+        if len(mems) != self._n_memories():
+            compressed = (f", then n_layer = {self.n_layer} compressed memories [cmlen, bsz, d_model]"
+                          if self.compressed_memory is not None else '')
             raise ValueError(f"{len(mems)} memories are not accepted: expected n_layer + 1 = {self.n_layer + 1} "
-                             f"tensors [mlen, bsz, d_model] (the input of every layer and the last output), "
-                             f"as returned by the previous segment, or none")
+                             f"tensors [mlen, bsz, d_model] (the input of every layer and the last output)"
+                             f"{compressed}, as returned by the previous segment, or none")
         mlen = None
         weight = self.word_emb.emb_layers[0].weight
         # Hidden states are of the parameters' dtype, or of autocast's where it runs (a projected embedding)
@@ -432,11 +466,13 @@ class MemTransformerLM(nn.Module):
                                  f"[mlen, {bsz}, {self.d_model}], or no memories (a new stream)")
             else:
                 m_len = m.shape[0]
-            if mlen is None:
+            # The compressed memories, from `mems[n_layer + 1]` on, have a length of their own
+            first = 0 if i <= self.n_layer else self.n_layer + 1
+            if i == first:
                 mlen = m_len
             elif m_len != mlen:
-                raise ValueError(f"mems[{i}] has length {m_len} but mems[0] has {mlen}: all memories must "
-                                 f"have the same length")
+                raise ValueError(f"mems[{i}] has length {m_len} but mems[{first}] has {mlen}: all "
+                                 f"{'compressed ' if first else ''}memories must have the same length")
         return mems
 
     def _check_inputs(self, plan: Plan, data: torch.Tensor, mems) -> Optional[List[torch.Tensor]]:
@@ -457,8 +493,9 @@ class MemTransformerLM(nn.Module):
         return decoder_window_mask(qlen, klen, self._attention_window(klen), device)[:, :, None]
 
     def _attention_window(self, klen: int) -> int:
-        """How many keys up to its own position a query sees, of `klen`: all, or `mem_len` with `same_length`."""
-        return min(self.mem_len, klen) if self.same_length else klen
+        """How many keys up to its own position a query sees, of `klen`: all, or `mem_len` with `same_length` (and
+        `cmem_len` more with a compressed memory)."""
+        return min(self.mem_len + self.cmem_len, klen) if self.same_length else klen
 
     def _positions(self, klen: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """Sinusoidal embeddings of `klen - 1 .. 0` (clipped at `clamp_len`), `[klen, 1, d_model]`."""
@@ -475,49 +512,71 @@ class MemTransformerLM(nn.Module):
         loaded `inv_freq` is seen."""
         inv_freq = self.pos_emb.inv_freq
         key = ('pos', self.clamp_len, dtype, device, inv_freq.data_ptr(), inv_freq._version)
-        return self._memory.last_rows(plan, key, klen, self.mem_len + max(qlen, self.tgt_len or 0),
+        return self._memory.last_rows(plan, key, klen, self.cmem_len + self.mem_len + max(qlen, self.tgt_len or 0),
                                       lambda rows: self._positions(rows, dtype, device))
 
-    def _forward(self, plan: Plan, dec_inp: torch.Tensor, mems: Optional[List[torch.Tensor]]
-                 ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
-        """The last layer's output `[qlen, bsz, d_model]` and the memories for the next segment."""
+    def _forward(self, plan: Plan, dec_inp: torch.Tensor, all_mems: Optional[List[torch.Tensor]],
+                 reconstruction: bool = False) -> Tuple[torch.Tensor, List[torch.Tensor], Optional[torch.Tensor]]:
+        """The last layer's output `[qlen, bsz, d_model]`, the memories for the next segment and, with
+        `reconstruction`, the attention-reconstruction loss of the rows the segment compresses (else None)."""
+        # The memories, then the compressed memories where the model has them
+        n_mems = self.n_layer + 1
+        mems, cmems = (None, None) if all_mems is None else (all_mems[:n_mems], all_mems[n_mems:])
         qlen = dec_inp.shape[0]
         mlen = mems[0].shape[0] if mems is not None and mems[0].dim() == 3 else 0
-        klen = mlen + qlen
+        cmlen = cmems[0].shape[0] if cmems and cmems[0].dim() == 3 else 0
+        # What each layer attends to before its segment, oldest first: $[\mathop{SG}(cm) \circ \mathop{SG}(m)]$
+        # (`compressed_memory.py`), `alen` rows
+        attended = mems if cmlen == 0 else [torch.cat([c, m]) for c, m in zip(cmems, mems)]
+        alen = cmlen + mlen
+        klen = alen + qlen
         # $h^0$, the word embeddings
         core_out = self.drop(self.word_emb(dec_inp))
-        mask = self._memory.shaped(plan, ('mask', qlen, mlen, self.mem_len, self.same_length, core_out.device),
-                                   lambda: self._attn_mask(qlen, mlen, core_out.device))
+        mask = self._memory.shaped(plan, ('mask', qlen, alen, self.mem_len, self.same_length, core_out.device),
+                                   lambda: self._attn_mask(qlen, alen, core_out.device))
         # The sinusoids of attention types 0 (distances) and 2 (window positions), `[klen, 1, d_model]`
         pos_emb = None
         if self.attn_type in (0, 2):
             pos_emb = self.drop(self._cached_positions(plan, qlen, klen, core_out.dtype, core_out.device))
         # The keys and values of each memory, kept from the segment before where this call keeps them (`kv_memo.py`:
-        # without gradients, for the types whose memory is projected as it is, all but 2 and 3)
-        keep_kv = self._memory.keeps_keys_values(plan, exact=self.attn_type not in (2, 3) and self.mem_len > 0)
+        # without gradients, for the types whose memory is projected as it is, all but 2 and 3; not with a
+        # compressed memory, which the memory joins anew at every segment)
+        keep_kv = self._memory.keeps_keys_values(plan, exact=self.attn_type not in (2, 3) and self.mem_len > 0
+                                                 and self.compressed_memory is None)
         mems_kv = self._memory.kept_keys_values(self.layers, mems if mlen > 0 and keep_kv else None)
         window, parts = self._attention_window(klen), self._memory.layer_parts(self.layers)
-        if dispatch.decoder_layers(plan, core_out, klen, window, parts, [mlen == 0 or kv is not None
+        if dispatch.decoder_layers(plan, core_out, klen, window, parts, [alen == 0 or kv is not None
                                                                           for kv in mems_kv]) == 'fused':
             hids, keys_values = self._fused_layers(plan, core_out, klen, window, parts, mems_kv, pos_emb)
         else:
             hids, keys_values = [core_out], []
             for i, layer in enumerate(self.layers):
                 # $h^n = \mathop{Layer}^n(h^{n-1}, [\mathop{SG}(m^{n-1}) \circ h^{n-1}])$
-                layer_in, mems_i, position_args = self._layer_inputs(i, hids[-1], mems[i] if mlen > 0 else None,
-                                                                     mlen, klen, pos_emb)
+                layer_in, mems_i, position_args = self._layer_inputs(i, hids[-1], attended[i] if alen > 0 else None,
+                                                                     alen, klen, pos_emb)
                 out = layer(layer_in, *position_args, dec_attn_mask=mask, mems=mems_i, mems_kv=mems_kv[i],
                             plan=plan, return_kv=keep_kv)
                 if keep_kv:
                     out, kv = out
                     keys_values.append(kv)
                 hids.append(out)
-        new_mems = []
+        new_mems, reconstruction_loss = [], None
         if mems is not None and self.mem_len > 0:
+            beg, end = self._mem_bounds(qlen, mlen)
+            if self.compressed_memory is not None:
+                # Whole groups of `compression_rate` rows fall out
+                beg = self.compressed_memory.evicted_rows(beg)
             # $m^{n-1}_{\tau+1} = [m^{n-1}_\tau \circ h^{n-1}_{\tau+1}]_{[beg, end)}$
             new_mems = self._memory.next_memories(plan, hids, mems, keys_values if keep_kv else [], self.layers,
-                                                  *self._mem_bounds(qlen, mlen))
-        return self.drop(hids[-1]), new_mems
+                                                  beg, end)
+            if self.compressed_memory is not None:
+                # $cm^{n-1}_{\tau+1} = [cm^{n-1}_\tau \circ f_c([m^{n-1}_\tau \circ h^{n-1}_{\tau+1}]_{[0, beg)})]$, its
+                # last `cmem_len` rows
+                old = [m if m.dim() == 3 and m.shape[0] > 0 else None for m in mems]
+                new_mems += self.compressed_memory.next_compressed(cmems, old, hids, beg)
+                if reconstruction:
+                    reconstruction_loss = self.compressed_memory.reconstruction_loss(self.layers, old, hids, beg)
+        return self.drop(hids[-1]), new_mems, reconstruction_loss
 
     def _fused_layers(self, plan: Plan, core_out: torch.Tensor, klen: int, window: int,
                       parts: List[fused_step.LayerParts], mems_kv: List[Optional[torch.Tensor]],
@@ -561,16 +620,26 @@ class MemTransformerLM(nn.Module):
         end_idx = qlen + max(0, mlen - self.ext_len)
         return max(0, end_idx - self.mem_len), end_idx
 
-    def forward(self, data: torch.Tensor, target: torch.Tensor, *mems: torch.Tensor) -> List[torch.Tensor]:
+    def forward(self, data: torch.Tensor, target: torch.Tensor, *mems: torch.Tensor,
+                return_reconstruction_loss: bool = False) -> List[torch.Tensor]:
         """
         The original's calling convention: `[loss, *new_mems]`, loss `[tgt_len, bsz]` in position order
-        (`new_mems` empty when `mem_len` is 0). In training with `sample_softmax > 0` the loss is the sampled
-        softmax's; otherwise the full (adaptive) softmax's negative log-likelihood. `data` and `target` are tensors:
-        a numpy array or a list is a `TypeError` saying how to convert it (`require_token_tensor` says why).
+        (`new_mems` empty when `mem_len` is 0; the compressed memories after the memories where `cmem_len > 0`). In
+        training with `sample_softmax > 0` the loss is the sampled softmax's; otherwise the full (adaptive)
+        softmax's negative log-likelihood. `data` and `target` are tensors: a numpy array or a list is a `TypeError`
+        saying how to convert it (`require_token_tensor` says why).
+
+        With `return_reconstruction_loss` (a model with a compressed memory only), `[loss, reconstruction_loss,
+        *new_mems]`: the attention-reconstruction loss (a scalar, `compressed_memory.py`) of the memories this
+        segment compresses, zero where it compresses none, whose gradient reaches the compression functions only.
         """
         device = self.word_emb.emb_layers[0].weight.device
         require_token_tensor('data', data, device)
         require_token_tensor('target', target, device)
+        require_bool('return_reconstruction_loss', return_reconstruction_loss)
+        if return_reconstruction_loss and self.compressed_memory is None:
+            raise ValueError("return_reconstruction_loss=True is not accepted with cmem_len=0: the loss trains the "
+                             "compression of a compressed memory, and this model has none (set cmem_len > 0)")
         plan = Plan.now(data.device, self.impl)
         mems = self._check_inputs(plan, data, mems)
         check_tokens('target', target, self.n_token, check_values=not plan.compiling)
@@ -581,7 +650,7 @@ class MemTransformerLM(nn.Module):
                              f"{list(data.shape)}: expected [tgt_len, {data.shape[1]}] with "
                              f"1 <= tgt_len <= {data.shape[0]} (the last tgt_len inputs are scored).{hint}")
         tgt_len = target.shape[0]
-        hidden, new_mems = self._forward(plan, data, mems)
+        hidden, new_mems, reconstruction_loss = self._forward(plan, data, mems, return_reconstruction_loss)
         pred_hid = hidden[-tgt_len:]
         if self.sample_softmax > 0 and self.training:
             logit = sample_logits(self.out_layer.weight, self.out_layer.bias, target, pred_hid, self.sampler)
@@ -591,6 +660,8 @@ class MemTransformerLM(nn.Module):
             loss = -self.hidden_to_log_probs(pred_hid).gather(2, target[:, :, None]).squeeze(2)
         else:
             loss = self.crit(pred_hid.reshape(-1, pred_hid.shape[-1]), target.reshape(-1), plan=plan).view(tgt_len, -1)
+        if return_reconstruction_loss:
+            return [loss, reconstruction_loss] + new_mems
         return [loss] + new_mems
 
     # -- the clean API for new code --
@@ -602,7 +673,8 @@ class MemTransformerLM(nn.Module):
 
         Shape:
             `data` `[qlen, bsz]`; `mems` as returned before (None or `[]` for a new stream); returns
-            `hidden` `[qlen, bsz, d_model]` and `n_layer + 1` memories (`[]` when `mem_len` is 0).
+            `hidden` `[qlen, bsz, d_model]` and `n_layer + 1` memories (`[]` when `mem_len` is 0), then `n_layer`
+            compressed memories where `cmem_len > 0`.
 
         `data` is a tensor (also for `log_probs` and `logits`, which call this): a numpy array or a list is a
         `TypeError` saying how to convert it (`require_token_tensor` says why).
@@ -610,7 +682,8 @@ class MemTransformerLM(nn.Module):
         require_token_tensor('data', data, self.word_emb.emb_layers[0].weight.device)
         plan = Plan.now(data.device, self.impl)
         mems = self._check_inputs(plan, data, mems)
-        return self._forward(plan, data, mems)
+        hidden, new_mems, _ = self._forward(plan, data, mems)
+        return hidden, new_mems
 
     def hidden_to_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
         """Full-vocabulary log-probabilities `[..., n_token]` of hidden states `[..., d_model]`
