@@ -71,6 +71,13 @@ class TransformerXLConfigs(ValidatedConfigs):
     clamp_len: int = -1
     # Sampled softmax with this many samples (-1: the full softmax)
     sample_softmax: int = -1
+    # Compressed memory (the Compressive Transformer): compressed rows each layer keeps of the memories that fall out
+    # of `mem_len` (0: none)
+    cmem_len: int = 0
+    # Compressed memory: how many memories make one compressed row (at most `mem_len`)
+    compression_rate: int = 4
+    # Compressed memory: the compression function, 'conv' (learned), 'max_pool' or 'mean_pool'
+    compression: str = 'conv'
     # Per-layer $u$, $v$ (the authors' TensorFlow code and published WikiText-103 model)
     untie_r: bool = False
     # Every numerical choice of the original where this package differs (`MemTransformerLM`), for its checkpoints
@@ -146,7 +153,8 @@ def _mem_transformer(c: TransformerXLConfigs):
                             init_range=c.init_range, init_std=c.init_std, proj_init_std=c.proj_init_std, norm=c.norm,
                             original_numerics=c.original_numerics,
                             rotary_fraction=c.rotary_fraction, t5_num_buckets=c.t5_num_buckets,
-                            t5_max_distance=c.t5_max_distance)
+                            t5_max_distance=c.t5_max_distance, cmem_len=c.cmem_len,
+                            compression_rate=c.compression_rate, compression=c.compression)
 
 
 norm_options(TransformerXLConfigs.norm)

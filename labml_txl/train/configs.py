@@ -6,6 +6,7 @@ the loop of the original `train.py`, with its defaults. Every item can be overri
 `key=value` on the command line of `experiments/train_xl.py`; `preset` also sets the training columns of
 `presets.md` (optimizer Adam, lr 0.00025, cosine schedule and clip 0.25 are the defaults already).
 """
+import math
 from typing import Optional
 
 import torch
@@ -57,6 +58,8 @@ class TrainXLConfigs(TransformerXLConfigs):
     lr_min: float = 0.0
     # Gradient-norm clipping
     clip: float = 0.25
+    # Weight of the compressed memory's attention-reconstruction loss in the training loss (with `cmem_len > 0`)
+    ar_loss_weight: float = 1.0
 
     # 'float32', 'bf16' (autocast; on the CPU too) or 'fp16' (autocast with a gradient scaler; CUDA only)
     precision: str = 'float32'
@@ -161,6 +164,9 @@ def check_training_configs(c: TrainXLConfigs) -> None:
     if c.max_eval_steps < -1:
         raise ValueError(f"max_eval_steps={c.max_eval_steps} is not accepted: the number of validation segments, "
                          f"or -1 (or 0) for the whole split")
+    if not math.isfinite(c.ar_loss_weight) or c.ar_loss_weight < 0:
+        raise ValueError(f"ar_loss_weight={c.ar_loss_weight} is not accepted: the weight of the attention-"
+                         f"reconstruction loss, a finite number >= 0 (0 leaves the compression untrained)")
     if c.time_limit < 0:
         raise ValueError(f"time_limit={c.time_limit} is not accepted: seconds of training, or 0 for no limit")
 

@@ -20,7 +20,9 @@ memory grown by `tgt_len - eval_tgt_len` so every position sees as much context 
 random states, so a resumed run continues exactly as if it had never stopped.
 
 Tracked: `loss.train`, `bpc.train` (character and byte corpora) or `ppl.train` (word corpora), `lr`,
-`grad_norm`, `tokens_per_sec`, and the same losses `.valid`.
+`grad_norm`, `tokens_per_sec`, and the same losses `.valid`. With a compressed memory (`cmem_len > 0`) the step
+minimises the language-model loss plus `ar_loss_weight` times the attention-reconstruction loss, tracked apart as
+`ar_loss.train` (`loss.train` stays the language model's, comparable with runs without one).
 """
 import contextlib
 import math
@@ -128,6 +130,8 @@ class Trainer:
         # (step, training loss) of every step this trainer ran
         self.history: List[Tuple[int, float]] = []
         # The step of the last checkpoint `save` wrote, and its folder
+        # The attention-reconstruction loss of the last step, with a compressed memory (else None)
+        self.reconstruction_loss: Optional[float] = None
         self._saved_step: Optional[int] = None
         self._saved_folder: Optional[Path] = None
 
@@ -177,7 +181,10 @@ class Trainer:
             data, target = data[:, columns], target[:, columns]
         chunks = conf.batch_chunk
         size = data.shape[1] // chunks
-        total, new_mems = 0.0, []
+        # With a compressed memory the model also returns its attention-reconstruction loss, trained with the weight
+        # `ar_loss_weight` and tracked apart
+        compressive = self.model.compressed_memory is not None
+        total, reconstruction_total, new_mems = 0.0, 0.0, []
         for i in range(chunks):
             columns = slice(i * size, (i + 1) * size)
             mems = [] if self.mems is None else [m[:, columns] for m in self.mems]
@@ -186,11 +193,18 @@ class Trainer:
             sync = contextlib.nullcontext() if last or self.distributed is None else self.forward_module.no_sync()
             with sync:
                 with self._autocast():
-                    loss, *chunk_mems = self.forward_module(data[:, columns], target[:, columns], *mems)
+                    loss, *chunk_mems = self.forward_module(data[:, columns], target[:, columns], *mems,
+                                                            return_reconstruction_loss=compressive)
                 # Mean over positions and this chunk's columns, in at least float32; divided by `chunks` so the
                 # sum is the batch mean
                 loss = _at_least_float32(loss).mean() / chunks
-                self.scaler.scale(loss).backward()
+                objective = loss
+                if compressive:
+                    reconstruction, *chunk_mems = chunk_mems
+                    reconstruction = _at_least_float32(reconstruction) / chunks
+                    objective = loss + conf.ar_loss_weight * reconstruction
+                    reconstruction_total += reconstruction.item()
+                self.scaler.scale(objective).backward()
             total += loss.item()
             new_mems.append(chunk_mems)
         self.mems = [torch.cat(layer, dim=1) for layer in zip(*new_mems)] if new_mems[0] else None
@@ -199,7 +213,9 @@ class Trainer:
         self.grad_norm = grad_norm.item()
         if self.distributed is not None:
             # Before the optimizer step, so every rank judges the same loss (the gradient norm is the same already)
-            total = self.distributed.sum(total)[0] / self.distributed.world_size
+            total, reconstruction_total = (s / self.distributed.world_size
+                                           for s in self.distributed.sum(total, reconstruction_total))
+        self.reconstruction_loss = reconstruction_total if compressive else None
         self._check_finite_step(total)
         self.scaler.step(self.optimizer)
         self.scaler.update()
@@ -362,7 +378,9 @@ class Trainer:
                 tracker.save({'loss.train': loss,
                               **{f'{k}.train': v for k, v in quality(loss, self.corpus.level).items()},
                               'lr': self.optimizer.param_groups[0]['lr'], 'grad_norm': self.grad_norm,
-                              'tokens_per_sec': target.numel() / max(time.time() - step_started, 1e-9)})
+                              'tokens_per_sec': target.numel() / max(time.time() - step_started, 1e-9),
+                              **({} if self.reconstruction_loss is None else
+                                 {'ar_loss.train': self.reconstruction_loss})})
                 out_of_time = 0 < conf.time_limit <= time.time() - started
                 if self.step % conf.eval_interval == 0 or self.step == conf.max_step or out_of_time:
                     valid = self._track_validation()

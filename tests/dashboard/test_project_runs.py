@@ -33,9 +33,9 @@ STORED_AS_FLOAT32 = np.finfo(np.float32).eps
 @pytest.fixture(scope='session')
 def xl_project(tmp_path_factory):
     """A labml project with one tiny train_xl run (30 steps, validated at steps 14 and 29), trained with no
-    dashboard."""
+    dashboard; with a compressed memory, so it also reports its reconstruction loss `ar_loss.train`."""
     project = tmp_path_factory.mktemp('xl_project')
-    train_xl(project, *TINY_XL, 'max_step=30')
+    train_xl(project, *TINY_XL, 'max_step=30', 'cmem_len=4', 'compression_rate=4')
     assert len(run_folders(project)) == 1
     return project
 
@@ -116,8 +116,10 @@ def test_a_run_trained_with_no_dashboard_is_listed_with_its_comment_completed(fo
 
 def test_its_losses_are_those_of_its_log_jsonl(followed):
     server, folder, uuid, _ = followed
-    shown = assert_series_as_in_file(server.port, uuid, folder)
-    assert shown['loss.train']['step'] == list(range(30))
+    shown = assert_series_as_in_file(server.port, uuid, folder, keys=('loss.train', 'loss.valid', 'ar_loss.train'))
+    assert shown['loss.train']['step'] == list(range(30)) == shown['ar_loss.train']['step']
+    # The memory of 16 is full after the first step: from then on every step compresses and trains the compression
+    assert all(value > 0 for value in shown['ar_loss.train']['value'][1:])
     assert shown['loss.valid']['step'] == [14, 29]
 
 

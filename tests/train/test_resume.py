@@ -37,9 +37,10 @@ def lab_dir(tmp_path):
     lab.configure({'path': str(REPO)})
 
 
-def _stopped_run(lab_path: Path, run_uuid: str, how: signal.Signals) -> subprocess.CompletedProcess:
+def _stopped_run(lab_path: Path, run_uuid: str, how: signal.Signals,
+                 overrides=OVERRIDES) -> subprocess.CompletedProcess:
     """Train in a subprocess, from the command line, that sends itself `how` in the middle of step KILL_AT_STEP."""
-    argv = [f'{key}={value}' for key, value in OVERRIDES.items()]
+    argv = [f'{key}={value}' for key, value in overrides.items()]
     script = textwrap.dedent(f'''
         import os, signal, sys
         sys.path.insert(0, {str(REPO / 'experiments')!r})
@@ -105,3 +106,21 @@ def test_resume_after_a_stop_equals_an_uninterrupted_run(lab_dir, how, corrupt_n
 def test_resuming_a_run_that_does_not_exist_names_the_uuid(lab_dir):
     with pytest.raises(RunNotFoundError, match=r"run UUID 'no-such-run' does not exist under .*logs"):
         train_xl.train({}, resume='no-such-run', screen=False)
+
+
+def test_resume_with_a_compressed_memory_equals_an_uninterrupted_run(lab_dir):
+    """The checkpoint carries the compressed memories and the compression's weights: a run killed after its memories
+    have been compressed for several steps resumes to the same losses and weights."""
+    overrides = {**OVERRIDES, 'mem_len': 8, 'cmem_len': 4, 'compression_rate': 2}
+    stopped = _stopped_run(lab_dir, 'compressive', signal.SIGKILL, overrides)
+    assert stopped.returncode == -signal.SIGKILL, stopped.stderr[-2000:]
+    resumed = train_xl.train({}, resume='compressive', screen=False)
+    uninterrupted = train_xl.train(dict(overrides), screen=False)
+    assert [step for step, _ in resumed.history] == list(range(16, 31))
+    expected = dict(uninterrupted.history)
+    assert [(step, expected[step]) for step, _ in resumed.history] == resumed.history
+    assert resumed.reconstruction_loss == uninterrupted.reconstruction_loss > 0.0
+    assert any(name.startswith('compressed_memory.') for name in resumed.model.state_dict())
+    for (name, ours), (_, theirs) in zip(resumed.model.state_dict().items(),
+                                         uninterrupted.model.state_dict().items()):
+        assert torch.equal(ours, theirs), name
