@@ -19,7 +19,7 @@ A run's `paper=True` takes its `test_*` items, which a preset sets (or the run's
 it is an error naming them, not an evaluation with lengths nobody chose.
 """
 import sys
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from labml_txl.cli import parse_overrides, run_script
 from labml_txl.xl.formats.published import evaluation_corpus, paper_settings, read_vocabulary, vocabulary_path
@@ -50,10 +50,13 @@ def _read(settings: Dict[str, Any], pretrained: bool) -> EvalXLSettings:
 
 
 def evaluate(model: MemTransformerLM, corpus, split: str, tgt_len: int, mem_len: int, clamp_len: int,
-             same_length: bool, batch_size: int, max_steps: int = 0) -> Dict[str, float]:
-    """The mean loss of `model` over `split` of `corpus` with these lengths, and bits per character or perplexity."""
+             same_length: bool, batch_size: int, max_steps: int = 0,
+             cmem_len: Optional[int] = None) -> Dict[str, float]:
+    """The mean loss of `model` over `split` of `corpus` with these lengths (`cmem_len`: a compressed memory's, where
+    given), and bits per character or perplexity."""
     model.eval()
-    model.reset_length(tgt_len, model.ext_len, mem_len, same_length=same_length, clamp_len=clamp_len)
+    model.reset_length(tgt_len, model.ext_len, mem_len, same_length=same_length, clamp_len=clamp_len,
+                       cmem_len=cmem_len)
     iterator = corpus.get_iterator(split, batch_size, tgt_len, ext_len=model.ext_len)
     loss = mean_loss_over_stream(model, iterator, max_steps)
     return {'loss': loss, **quality(loss, corpus.level)}

@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
-from labml_txl.cli import parse_overrides, run_script
+from labml_txl.cli import list_setting, parse_overrides, run_script
 from labml_txl.dashboard import DEFAULT_PORT, check_port
 from labml_txl.errors import describe_choices
 from labml_txl.runs.records import RunRecord
@@ -75,27 +75,14 @@ EXPERIMENT = {'schemes': ('list', DEFAULT_SCHEMES, f"attention variants, separat
 SETTINGS = Settings(TrainXLConfigs, MODEL, extra=EXPERIMENT)
 
 
-def _as_list(name: str, value: Any, kind: type) -> list:
-    """`value` as a list of `kind`: a list, a single value, or a comma-separated string."""
-    items = value.split(',') if isinstance(value, str) else value if isinstance(value, (list, tuple)) else [value]
-    try:
-        items = [kind(item.strip()) if isinstance(item, str) else item for item in items]
-    except ValueError:
-        items = None
-    if not items or not all(isinstance(item, kind) and not isinstance(item, bool) for item in items):
-        raise ValueError(f"{name}={value!r} is not accepted: one or more {kind.__name__} values, as a list or "
-                         f"separated by commas")
-    return items
-
-
 def check_settings(settings: Dict[str, Any]) -> Dict[str, Any]:
     """The experiment's own settings, checked before any run starts."""
     settings = {**{key: default for key, (_, default, _) in EXPERIMENT.items()}, **settings}
-    schemes = _as_list('schemes', settings['schemes'], str)
+    schemes = list_setting('schemes', settings['schemes'], str)
     unknown = [s for s in schemes if s not in SCHEMES]
     if unknown:
         raise ValueError(f"schemes {unknown} are not accepted: {describe_choices(SCHEMES)}")
-    lengths = _as_list('lengths', settings['lengths'], int)
+    lengths = list_setting('lengths', settings['lengths'], int)
     if any(k < 1 for k in lengths):
         raise ValueError(f"lengths={settings['lengths']!r} is not accepted: positive multiples of tgt_len")
     if settings['memory'] not in ('both', 'with', 'without'):

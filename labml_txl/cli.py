@@ -31,6 +31,20 @@ def parse_value(text: str) -> Any:
         return text
 
 
+def list_setting(name: str, value: Any, kind: type) -> list:
+    """The setting `name`'s `value` as a list of `kind`: a list, a single value, or a string separated by commas
+    (`schemes=relative,rotary`); a `ValueError` saying what is accepted otherwise."""
+    items = value.split(',') if isinstance(value, str) else value if isinstance(value, (list, tuple)) else [value]
+    try:
+        items = [kind(item.strip()) if isinstance(item, str) else item for item in items]
+    except ValueError:
+        items = None
+    if not items or not all(isinstance(item, kind) and not isinstance(item, bool) for item in items):
+        raise ValueError(f"{name}={value!r} is not accepted: one or more {kind.__name__} values, as a list or "
+                         f"separated by commas")
+    return items
+
+
 def parse_overrides(argv: List[str], settings: Optional[Settings] = None) -> Dict[str, Any]:
     """
     `['a=1', 'b.c=x']` to `{'a': 1, 'b.c': 'x'}`. Anything not of the form `key=value` is a `ValueError` that

@@ -15,6 +15,7 @@ SCRIPTS = {
     'generate_xl.py': r'temperature\s+float\s+0.8\s+Softmax temperature',
     'demo.py': r'd_model\s+int\s+128\s+Width of the residual stream',
     'position_schemes.py': r'schemes\s+list\s+\[.absolute.*attention variants',
+    'memory_schemes.py': r'memories\s+list\s+\[.none.*memory mechanisms',
     'char_transformer.py': r'transformer.d_model\s+int\s+128\s+Transformer embedding size',
     'reverse.py': r'transformer.d_model\s+int\s+64\s+Transformer embedding size',
     'glu_variants.py': r"transformer.ffn.glu_variant\s+str\s+'none'\s+.*\[none \| Bilinear",

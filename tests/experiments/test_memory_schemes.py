@@ -1,0 +1,59 @@
+"""experiments/memory_schemes.py on tiny settings: a sweep of train_xl.py in which every memory mechanism trains with
+the lengths it stands for and is evaluated at each length, the evaluation at the training length equals the run's own
+last validation (kept in its log.jsonl), and the table, the numbers and the plot are written; bad settings are
+refused before any run."""
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / 'experiments'))
+
+import memory_schemes  # noqa: E402
+
+from labml_txl.runs.records import find_runs  # noqa: E402
+from labml_txl.train.runs import load_trained_run  # noqa: E402
+
+TINY = ['n_layer=1', 'd_model=16', 'n_head=2', 'd_head=8', 'd_inner=32', 'tgt_len=8', 'batch_size=4',
+        'warmup_step=1', 'max_eval_steps=-1']
+
+
+def test_a_tiny_comparison_writes_its_table_numbers_and_plot(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / 'out'
+    results = memory_schemes.compare(['max_step=3', 'remembered=8', 'compression_rate=2', 'lengths=1,2',
+                                      f'out={out}', 'dashboard=False'] + TINY)
+    assert [r['memory'] for r in results] == ['none', 'xl', 'compressive']
+    lengths = {r['memory']: (r['mem_len'], r['cmem_len']) for r in results}
+    assert lengths == {'none': (0, 0), 'xl': (8, 0), 'compressive': (4, 4)}
+    for r in results:
+        assert set(r['bpc']) == {1, 2} and all(math.isfinite(v) and v > 0 for v in r['bpc'].values())
+        # The evaluation at the training length is the run's own last validation, computed by another process
+        record, = find_runs([r['run']], tmp_path)
+        assert r['steps'] == 3 and any(tag.startswith('sweep:train_xl-') for tag in record.tags)
+        assert r['bpc'][1] == pytest.approx(record.last('loss.valid') / math.log(2), rel=1e-9)
+        conf, _ = load_trained_run(r['run'])
+        assert (conf.mem_len, conf.cmem_len, conf.compression_rate) == (*lengths[r['memory']], 2)
+        # The compressive run trained its compression and reported it apart
+        assert (record.last('ar_loss.train') is not None) == (r['memory'] == 'compressive')
+    table = (out / 'results.md').read_text()
+    assert '| memory | remembered per layer | 8 (1x) | 16 (2x) | minutes |' in table
+    assert '| compressed memory | 4 + 4 compressed (conv, rate 2; reaching 12) |' in table
+    assert len(json.loads((out / 'results.json').read_text())) == 3
+    assert (out / 'memory_schemes.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+
+
+@pytest.mark.parametrize('argument, message', [
+    ('memories=xl,compresive', r"memories \['compresive'\] are not accepted: 'none', 'xl' or 'compressive'"),
+    ('lengths=0,4', r"lengths=.* is not accepted: positive multiples of tgt_len"),
+    ('remembered=6', r"remembered=6 is not accepted with compression_rate=4: .* remembered / 2 at least "
+                     r"compression_rate"),
+    ('mem_len=64', r"mem_len are set by the experiment per run"),
+])
+def test_bad_settings_are_refused_before_any_run(argument, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=message):
+        memory_schemes.compare([argument, 'dashboard=False'])
+    assert not (tmp_path / 'logs').exists()
