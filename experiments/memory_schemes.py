@@ -27,19 +27,17 @@ of validation bits per character is printed and written to `out/results.md`, the
 plot of bits per character against evaluation length to `out/memory_schemes.png`. `docs/transformer_xl.md` shows one
 sitting's.
 """
-import json
 import math
 import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
-from labml_txl.cli import list_setting, parse_overrides, run_script
+from labml_txl.cli import parse_overrides, run_script
 from labml_txl.configs.settings import Settings
 from labml_txl.configs.validation import default_of
-from labml_txl.dashboard import DEFAULT_PORT, check_port
-from labml_txl.errors import describe_choices, require_positive_int
+from labml_txl.dashboard import DEFAULT_PORT
+from labml_txl.errors import require_positive_int
 from labml_txl.runs.records import RunRecord
-from labml_txl.sweep import run_sweep
 from labml_txl.train.configs import TrainXLConfigs
 from labml_txl.train.runs import load_trained_run
 
@@ -47,9 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import demo  # noqa: E402
 import eval_xl  # noqa: E402
-from position_schemes import MODEL  # noqa: E402
-
-SCRIPT = Path(__file__).resolve().parent / 'train_xl.py'
+from position_schemes import (MODEL, check_length_settings, choices_setting, length_plot, length_table,  # noqa: E402
+                              sweep_and_evaluate, write_results)
 
 # What each memory is, for the table
 MEMORIES = {
@@ -72,13 +69,7 @@ SETTINGS = Settings(TrainXLConfigs, MODEL, extra=EXPERIMENT)
 def check_settings(settings: Dict[str, Any], overrides: Dict[str, Any]) -> Dict[str, Any]:
     """The experiment's own settings, checked (with the compression rate they must fit) before any run starts."""
     settings = {**{key: default for key, (_, default, _) in EXPERIMENT.items()}, **settings}
-    memories = list_setting('memories', settings['memories'], str)
-    unknown = [m for m in memories if m not in MEMORIES]
-    if unknown:
-        raise ValueError(f"memories {unknown} are not accepted: {describe_choices(MEMORIES)}")
-    lengths = list_setting('lengths', settings['lengths'], int)
-    if any(k < 1 for k in lengths):
-        raise ValueError(f"lengths={settings['lengths']!r} is not accepted: positive multiples of tgt_len")
+    memories = choices_setting('memories', settings['memories'], MEMORIES)
     remembered = settings['remembered']
     require_positive_int('remembered', remembered)
     rate = overrides.get('compression_rate', default_of(TrainXLConfigs(), 'compression_rate'))
@@ -86,11 +77,7 @@ def check_settings(settings: Dict[str, Any], overrides: Dict[str, Any]) -> Dict[
         raise ValueError(f"remembered={remembered} is not accepted with compression_rate={rate}: the compressive "
                          f"run keeps remembered / 2 memories and remembered / 2 compressed ones, so remembered must "
                          f"be even and remembered / 2 at least compression_rate")
-    if not isinstance(settings['dashboard'], bool):
-        raise ValueError(f"dashboard={settings['dashboard']!r} is not accepted: True or False")
-    check_port(settings['port'])
-    return {**settings, 'memories': memories, 'lengths': sorted(set(lengths))}
-
+    return {**settings, 'memories': memories, 'lengths': check_length_settings(settings)}
 
 def memory_lengths(memory: str, remembered: int) -> Dict[str, int]:
     """`mem_len` and `cmem_len` of a memory mechanism keeping `remembered` hidden states per layer."""
@@ -140,35 +127,14 @@ def describe(result: Dict[str, Any]) -> str:
 
 def results_table(results: List[Dict[str, Any]], lengths: List[int]) -> str:
     """The results as a Markdown table: a row per memory, a column per evaluation length."""
-    tgt_len = results[0]['tgt_len']
-    header = ['memory', 'remembered per layer'] + [f'{k * tgt_len} ({k}x)' for k in lengths] + ['minutes']
-    rows = ['| ' + ' | '.join(header) + ' |', '| ' + ' | '.join(['---'] * 2 + ['---:'] * (len(lengths) + 1)) + ' |']
-    for r in results:
-        rows.append('| ' + ' | '.join([MEMORIES[r['memory']], describe(r)] + [f"{r['bpc'][k]:.3f}" for k in lengths]
-                                      + [f"{r['minutes']:.1f}"]) + ' |')
-    return '\n'.join(rows)
+    return length_table(results, lengths, {'memory': lambda r: MEMORIES[r['memory']],
+                                           'remembered per layer': describe})
 
 
 def plot(results: List[Dict[str, Any]], lengths: List[int], path: Path) -> None:
     """Bits per character against evaluation length, a line per memory mechanism."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(8, 5), dpi=120)
-    FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
-    x = [k * results[0]['tgt_len'] for k in lengths]
-    for r in results:
-        axes.plot(x, [r['bpc'][k] for k in lengths], marker='o', label=f"{MEMORIES[r['memory']]} ({describe(r)})")
-    axes.set_xscale('log', base=2)
-    axes.set_xticks(x, [str(v) for v in x])
-    axes.set_xlabel(f"evaluation length (tokens; trained at {results[0]['tgt_len']})")
-    axes.set_ylabel('validation bits per character')
-    axes.set_title(f"Memory mechanisms on Tiny Shakespeare, {results[0]['steps']} steps each")
-    axes.grid(True, alpha=0.3)
-    axes.legend(fontsize=8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, bbox_inches='tight')
+    length_plot(results, lengths, path, 'Memory mechanisms',
+                lambda r: {'label': f"{MEMORIES[r['memory']]} ({describe(r)})"})
 
 
 def compare(args: List[str]) -> List[Dict[str, Any]]:
@@ -180,28 +146,14 @@ def compare(args: List[str]) -> List[Dict[str, Any]]:
                          f"remembered=")
     if settings['dashboard']:
         print(demo.start_dashboard(settings['port']))
-    # (the sweep checks every run's settings before the first starts)
-    sweep = run_sweep(SCRIPT, sweep_points(settings, overrides))
-    finished = [record for record in sweep.records if record.status == 'completed']
-    if not finished:
-        raise SystemExit(sweep.exit_code or 1)
-    # What finished is evaluated and written even where a later run failed (the sweep named it)
-    results = [evaluate_at_lengths(record, settings['lengths']) for record in finished]
+    sweep, results = sweep_and_evaluate(sweep_points(settings, overrides),
+                                        lambda record: evaluate_at_lengths(record, settings['lengths']))
     results.sort(key=lambda r: list(MEMORIES).index(r['memory']))
-    out = Path(settings['out'])
-    out.mkdir(parents=True, exist_ok=True)
-    table = results_table(results, settings['lengths'])
-    (out / 'results.md').write_text(table + '\n')
-    (out / 'results.json').write_text(json.dumps(results, indent=1) + '\n')
-    plot(results, settings['lengths'], out / 'memory_schemes.png')
-    print('\nValidation bits per character by evaluation length (tokens):\n')
-    print(table)
-    print(f"\nTotal {sum(r['minutes'] for r in results):.1f} minutes of runs; written to {out}/results.md, "
-          f"results.json and memory_schemes.png")
+    write_results(results, results_table(results, settings['lengths']), Path(settings['out']), 'memory_schemes.png',
+                  lambda path: plot(results, settings['lengths'], path))
     if sweep.exit_code != 0:
         raise SystemExit(sweep.exit_code)
     return results
-
 
 if __name__ == '__main__':
     sys.exit(run_script(compare, sys.argv[1:], __doc__, settings=SETTINGS))

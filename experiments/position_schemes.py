@@ -28,7 +28,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 from labml_txl.cli import list_setting, parse_overrides, run_script
 from labml_txl.dashboard import DEFAULT_PORT, check_port
@@ -78,19 +78,32 @@ SETTINGS = Settings(TrainXLConfigs, MODEL, extra=EXPERIMENT)
 def check_settings(settings: Dict[str, Any]) -> Dict[str, Any]:
     """The experiment's own settings, checked before any run starts."""
     settings = {**{key: default for key, (_, default, _) in EXPERIMENT.items()}, **settings}
-    schemes = list_setting('schemes', settings['schemes'], str)
-    unknown = [s for s in schemes if s not in SCHEMES]
+    schemes = choices_setting('schemes', settings['schemes'], SCHEMES)
+    if settings['memory'] not in ('both', 'with', 'without'):
+        raise ValueError(f"memory={settings['memory']!r} is not accepted: 'both', 'with' or 'without'")
+    return {**settings, 'schemes': schemes, 'lengths': check_length_settings(settings)}
+
+
+def choices_setting(name: str, value: Any, choices: Dict[str, str]) -> List[str]:
+    """The setting `name`'s `value` as a list of names of `choices` (`list_setting`), or a `ValueError` naming those
+    that are not."""
+    names = list_setting(name, value, str)
+    unknown = [n for n in names if n not in choices]
     if unknown:
-        raise ValueError(f"schemes {unknown} are not accepted: {describe_choices(SCHEMES)}")
+        raise ValueError(f"{name} {unknown} are not accepted: {describe_choices(choices)}")
+    return names
+
+
+def check_length_settings(settings: Dict[str, Any]) -> List[int]:
+    """The settings every comparison by evaluation length takes, checked: `lengths` (returned, sorted),
+    `dashboard` and `port`."""
     lengths = list_setting('lengths', settings['lengths'], int)
     if any(k < 1 for k in lengths):
         raise ValueError(f"lengths={settings['lengths']!r} is not accepted: positive multiples of tgt_len")
-    if settings['memory'] not in ('both', 'with', 'without'):
-        raise ValueError(f"memory={settings['memory']!r} is not accepted: 'both', 'with' or 'without'")
     if not isinstance(settings['dashboard'], bool):
         raise ValueError(f"dashboard={settings['dashboard']!r} is not accepted: True or False")
     check_port(settings['port'])
-    return {**settings, 'schemes': schemes, 'lengths': sorted(set(lengths))}
+    return sorted(set(lengths))
 
 
 def sweep_points(settings: Dict[str, Any], overrides: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -120,38 +133,59 @@ def evaluate_at_lengths(record: RunRecord, lengths: List[int]) -> Dict[str, Any]
 
 def results_table(results: List[Dict[str, Any]], lengths: List[int]) -> str:
     """The results as a Markdown table: a row per scheme and memory, a column per evaluation length."""
+    return length_table(results, lengths, {'scheme': lambda r: SCHEMES[r['scheme']],
+                                           'memory': lambda r: f"{r['tgt_len']}" if r['memory'] else 'none'})
+
+
+def length_table(results: List[Dict[str, Any]], lengths: List[int],
+                 columns: Dict[str, Callable[[Dict[str, Any]], str]]) -> str:
+    """A Markdown table of `results`: the `columns` (header: what a result shows there), then a column of bits per
+    character per evaluation length, then the run's minutes."""
     tgt_len = results[0]['tgt_len']
-    header = ['scheme', 'memory'] + [f'{k * tgt_len} ({k}x)' for k in lengths] + ['minutes']
-    rows = ['| ' + ' | '.join(header) + ' |', '| ' + ' | '.join(['---'] * 2 + ['---:'] * (len(lengths) + 1)) + ' |']
+    header = list(columns) + [f'{k * tgt_len} ({k}x)' for k in lengths] + ['minutes']
+    rule = ['---'] * len(columns) + ['---:'] * (len(lengths) + 1)
+    rows = ['| ' + ' | '.join(header) + ' |', '| ' + ' | '.join(rule) + ' |']
     for r in results:
-        memory = f"{r['tgt_len']}" if r['memory'] else 'none'
-        rows.append('| ' + ' | '.join([SCHEMES[r['scheme']], memory] + [f"{r['bpc'][k]:.3f}" for k in lengths]
+        rows.append('| ' + ' | '.join([show(r) for show in columns.values()] + [f"{r['bpc'][k]:.3f}" for k in lengths]
                                       + [f"{r['minutes']:.1f}"]) + ' |')
     return '\n'.join(rows)
 
 
 def plot(results: List[Dict[str, Any]], lengths: List[int], path: Path) -> None:
     """Bits per character against evaluation length, a colour per scheme, solid with memory and dashed without."""
+    colours = {}
+
+    def line(r: Dict[str, Any]) -> Dict[str, Any]:
+        return {'color': colours.setdefault(r['scheme'], f'C{len(colours)}'),
+                'linestyle': '-' if r['memory'] else '--',
+                'label': f"{SCHEMES[r['scheme']]}, {'memory' if r['memory'] else 'no memory'}"}
+
+    length_plot(results, lengths, path, 'Positional schemes', line, legend_outside=True)
+
+
+def length_plot(results: List[Dict[str, Any]], lengths: List[int], path: Path, title: str,
+                line: Callable[[Dict[str, Any]], Dict[str, Any]], legend_outside: bool = False) -> None:
+    """Bits per character of each result against evaluation length (a log scale), its line's style and label
+    `line(result)`, written to `path`."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(10, 5), dpi=120)
+    figure = Figure(figsize=(10 if legend_outside else 8, 5), dpi=120)
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    colours = {}
+    x = [k * results[0]['tgt_len'] for k in lengths]
     for r in results:
-        colour = colours.setdefault(r['scheme'], f'C{len(colours)}')
-        x = [k * r['tgt_len'] for k in lengths]
-        axes.plot(x, [r['bpc'][k] for k in lengths], color=colour, marker='o',
-                  linestyle='-' if r['memory'] else '--',
-                  label=f"{SCHEMES[r['scheme']]}, {'memory' if r['memory'] else 'no memory'}")
+        axes.plot(x, [r['bpc'][k] for k in lengths], marker='o', **line(r))
     axes.set_xscale('log', base=2)
     axes.set_xticks(x, [str(v) for v in x])
     axes.set_xlabel(f"evaluation length (tokens; trained at {results[0]['tgt_len']})")
     axes.set_ylabel('validation bits per character')
-    axes.set_title(f"Positional schemes on Tiny Shakespeare, {results[0]['steps']} steps each")
+    axes.set_title(f"{title} on Tiny Shakespeare, {results[0]['steps']} steps each")
     axes.grid(True, alpha=0.3)
-    axes.legend(fontsize=8, loc='center left', bbox_to_anchor=(1.02, 0.5))
+    if legend_outside:
+        axes.legend(fontsize=8, loc='center left', bbox_to_anchor=(1.02, 0.5))
+    else:
+        axes.legend(fontsize=8)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, bbox_inches='tight')
 
@@ -164,30 +198,41 @@ def compare(args: List[str]) -> List[Dict[str, Any]]:
                          "memory=")
     if settings['dashboard']:
         print(demo.start_dashboard(settings['port']))
-    # (the sweep checks every run's settings before the first starts)
-    sweep = run_sweep(SCRIPT, sweep_points(settings, overrides))
-    finished = [record for record in sweep.records if record.status == 'completed']
-    if not finished:
-        raise SystemExit(sweep.exit_code or 1)
-    # What finished is evaluated and written even where a later run failed (the sweep named it)
-    results = [evaluate_at_lengths(record, settings['lengths']) for record in finished]
+    sweep, results = sweep_and_evaluate(sweep_points(settings, overrides),
+                                        lambda record: evaluate_at_lengths(record, settings['lengths']))
     order = {(scheme, memory): i for i, (scheme, memory) in
              enumerate((s, m) for s in settings['schemes'] for m in (False, True))}
     results.sort(key=lambda r: order[(r['scheme'], r['memory'])])
-    out = Path(settings['out'])
-    out.mkdir(parents=True, exist_ok=True)
-    table = results_table(results, settings['lengths'])
-    (out / 'results.md').write_text(table + '\n')
-    (out / 'results.json').write_text(json.dumps(results, indent=1) + '\n')
-    plot(results, settings['lengths'], out / 'position_schemes.png')
-    print('\nValidation bits per character by evaluation length (tokens):\n')
-    print(table)
-    print(f"\nTotal {sum(r['minutes'] for r in results):.1f} minutes of runs; written to {out}/results.md, "
-          f"results.json and position_schemes.png")
+    write_results(results, results_table(results, settings['lengths']), Path(settings['out']), 'position_schemes.png',
+                  lambda path: plot(results, settings['lengths'], path))
     if sweep.exit_code != 0:
         raise SystemExit(sweep.exit_code)
     return results
 
+
+def sweep_and_evaluate(points: List[Dict[str, Any]], evaluate: Callable[[RunRecord], Dict[str, Any]]):
+    """The sweep of `train_xl.py` over `points` (it checks every run's settings before the first starts), and
+    `evaluate` of each run that finished, even where a later run failed (the sweep named it); exits where none
+    finished."""
+    sweep = run_sweep(SCRIPT, points)
+    finished = [record for record in sweep.records if record.status == 'completed']
+    if not finished:
+        raise SystemExit(sweep.exit_code or 1)
+    return sweep, [evaluate(record) for record in finished]
+
+
+def write_results(results: List[Dict[str, Any]], table: str, out: Path, plot_name: str,
+                  draw: Callable[[Path], None]) -> None:
+    """The Markdown `table` to `out/results.md`, the `results` to `out/results.json` and the plot `draw` makes to
+    `out/plot_name`; the table printed, with the minutes of the runs."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / 'results.md').write_text(table + '\n')
+    (out / 'results.json').write_text(json.dumps(results, indent=1) + '\n')
+    draw(out / plot_name)
+    print('\nValidation bits per character by evaluation length (tokens):\n')
+    print(table)
+    print(f"\nTotal {sum(r['minutes'] for r in results):.1f} minutes of runs; written to {out}/results.md, "
+          f"results.json and {plot_name}")
 
 if __name__ == '__main__':
     sys.exit(run_script(compare, sys.argv[1:], __doc__, settings=SETTINGS))

@@ -20,7 +20,7 @@ $$\mathcal{L}^{attn} = \bigl\| \mathop{attn}(h, m) - \mathop{attn}(h, f_c(m)) \b
 with $h$ the layer's input (its queries), the attention content-based (no positions, no mask), and the gradient
 stopped into everything but $f_c$: the attention's parameters, $h$ and $m$ (the paper's Algorithm 1).
 """
-from typing import Callable, Dict
+from typing import Callable, Dict, List
 
 import torch
 from torch import nn
@@ -104,30 +104,39 @@ def make_compression(name: str, d_model: int, rate: int) -> nn.Module:
     return COMPRESSIONS[name](d_model, rate)
 
 
-def content_attention(attn: XLAttention, queries: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+def content_attention(attn: XLAttention, queries: torch.Tensor, *memories: torch.Tensor) -> List[torch.Tensor]:
     r"""
-    $\mathop{softmax}_j\bigl(q_i^\top k_j / \sqrt{d_{head}}\bigr) v_j$ of `attn`'s heads for `queries` over
-    `memory` alone (no positions, no mask, no dropout, before $W_o$), with its $W_q$, $W_k$, $W_v$ (and its layer
+    $\mathop{softmax}_j\bigl(q_i^\top k_j / \sqrt{d_{head}}\bigr) v_j$ of `attn`'s heads for `queries` over each of
+    `memories` alone (no positions, no mask, no dropout, before $W_o$), with its $W_q$, $W_k$, $W_v$ (and its layer
     norm's scale and shift, with `pre_lnorm`) detached: the attention the reconstruction loss compares, through which
-    no gradient reaches the layer.
+    no gradient reaches the layer. The queries are projected once for all the memories.
 
     Shape:
-        `queries` `[qlen, batch, d_model]`, `memory` `[mlen, batch, d_model]`; returns `[qlen, batch, n_head, d_head]`.
+        `queries` `[qlen, batch, d_model]`, each memory `[mlen, batch, d_model]`; returns one
+        `[qlen, batch, n_head, d_head]` per memory.
     """
     hd = attn.n_head * attn.d_head
     # $[W_q; W_k; W_v]$, detached (one joint matrix is split as it is, two are joined first)
     weights = attn.projection_weights()
     w_q, w_k, w_v = (weights[0] if len(weights) == 1 else torch.cat(weights)).detach().split(hd)
-    if attn.pre_lnorm:
-        norm = attn.layer_norm
-        weight = None if norm.weight is None else norm.weight.detach()
-        bias = None if norm.bias is None else norm.bias.detach()
-        queries, memory = (F.layer_norm(x, norm.normalized_shape, weight, bias, norm.eps) for x in (queries, memory))
-    q, k, v = (F.linear(x, w).unflatten(-1, (attn.n_head, attn.d_head))
-               for x, w in ((queries, w_q), (memory, w_k), (memory, w_v)))
-    # $\mathop{softmax}_j(q_i^\top k_j / \sqrt{d_{head}})$, `[qlen, mlen, batch, n_head]`
-    weights = torch.softmax(torch.einsum('ibhd,jbhd->ijbh', q, k) * attn.scale, dim=1)
-    return torch.einsum('ijbh,jbhd->ibhd', weights, v)
+
+    def heads(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """`x` normalised as the layer normalises it (with `pre_lnorm`) and projected by `w`, head-major
+        `[batch, n_head, len, d_head]` so that both products are batched matrix products."""
+        if attn.pre_lnorm:
+            norm = attn.layer_norm
+            weight = None if norm.weight is None else norm.weight.detach()
+            bias = None if norm.bias is None else norm.bias.detach()
+            x = F.layer_norm(x, norm.normalized_shape, weight, bias, norm.eps)
+        return F.linear(x, w).unflatten(-1, (attn.n_head, attn.d_head)).permute(1, 2, 0, 3)
+
+    q = heads(queries, w_q)
+    outputs = []
+    for memory in memories:
+        # $\mathop{softmax}_j(q_i^\top k_j / \sqrt{d_{head}})$, `[batch, n_head, qlen, mlen]`
+        scores = torch.softmax(q @ heads(memory, w_k).transpose(-1, -2) * attn.scale, dim=-1)
+        outputs.append((scores @ heads(memory, w_v)).permute(2, 0, 1, 3))
+    return outputs
 
 
 def attention_reconstruction_loss(attn: XLAttention, compress: nn.Module, queries: torch.Tensor,
@@ -141,4 +150,5 @@ def attention_reconstruction_loss(attn: XLAttention, compress: nn.Module, querie
         `queries` `[qlen, batch, d_model]`, `old` `[n * rate, batch, d_model]`; returns a scalar.
     """
     queries, old = queries.detach(), old.detach()
-    return F.mse_loss(content_attention(attn, queries, compress(old)), content_attention(attn, queries, old))
+    reconstructed, target = content_attention(attn, queries, compress(old), old)
+    return F.mse_loss(reconstructed, target)

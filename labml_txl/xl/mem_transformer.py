@@ -46,6 +46,12 @@ counting them again at every segment; its reference files for 2 and 3 use no mem
   `n_head * d_head == d_model`), added to the input of every layer.
 
 With `same_length`, every query attends to the same number (`mem_len`) of keys, as the paper's evaluation does.
+
+## Compressed memory
+
+With `cmem_len > 0` each layer also keeps the Compressive Transformer's compressed memory of what falls out of the
+memory (`compressed_memory.py`), attended before it: `[compressed memory, memory, segment]`, as one longer memory to
+every attention type. Its `n_layer` tensors follow the memories in the list a segment takes and returns.
 """
 from typing import List, Optional, Sequence, Tuple
 

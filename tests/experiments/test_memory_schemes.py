@@ -15,9 +15,7 @@ import memory_schemes  # noqa: E402
 
 from labml_txl.runs.records import find_runs  # noqa: E402
 from labml_txl.train.runs import load_trained_run  # noqa: E402
-
-TINY = ['n_layer=1', 'd_model=16', 'n_head=2', 'd_head=8', 'd_inner=32', 'tgt_len=8', 'batch_size=4',
-        'warmup_step=1', 'max_eval_steps=-1']
+from test_position_schemes import TINY  # noqa: E402
 
 
 def test_a_tiny_comparison_writes_its_table_numbers_and_plot(tmp_path, monkeypatch):

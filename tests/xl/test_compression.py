@@ -94,7 +94,7 @@ def test_content_attention_is_a_softmax_over_the_memory_alone():
     """Against a loop over queries and heads, post-LN (no layer norm on the way in)."""
     attn = XLAttention(HEADS, D_MODEL, 4, 0.0, positions=Relative()).double()
     queries, memory = torch.randn(3, 2, D_MODEL, dtype=torch.float64), _memory(2)
-    out = content_attention(attn, queries, memory)
+    out, = content_attention(attn, queries, memory)
     w_q, w_k, w_v = attn.qkv_net.weight.split(HEADS * 4)
     for i in range(3):
         for b in range(2):
