@@ -129,9 +129,9 @@ class Trainer:
         self._pass_ends = False
         # (step, training loss) of every step this trainer ran
         self.history: List[Tuple[int, float]] = []
-        # The step of the last checkpoint `save` wrote, and its folder
         # The attention-reconstruction loss of the last step, with a compressed memory (else None)
         self.reconstruction_loss: Optional[float] = None
+        # The step of the last checkpoint `save` wrote, and its folder
         self._saved_step: Optional[int] = None
         self._saved_folder: Optional[Path] = None
 

@@ -106,10 +106,11 @@ class CompressedMemory(nn.Module):
         r"""
         $\sum_n \mathcal{L}^{attn}_n$ over the layers (`compression.attention_reconstruction_loss`, each layer's
         attention `layers[n].dec_attn` with its segment input `hids[n]` as the queries) on the rows this segment
-        compresses; zero where it compresses none.
+        compresses. Zero where it compresses none, with zero gradients for the compression functions' parameters:
+        they take part in every step, as `DistributedDataParallel` needs.
         """
         if evicted == 0:
-            return hids[0].new_zeros(())
+            return sum((p.sum() * 0 for p in self.functions.parameters()), hids[0].new_zeros(()))
         return sum(attention_reconstruction_loss(layer.dec_attn, compress, segment,
                                                  self.old_rows(memory, segment, evicted))
                    for layer, compress, memory, segment in zip(layers, self.functions, mems, hids))

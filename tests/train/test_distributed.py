@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 from labml import lab
 
@@ -35,7 +36,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_processes_equal_one_process_on_the_global_batch(tmp_path):
+# With a compressed memory, whose first step compresses nothing (its memory is not full yet): the compression's
+# parameters take part in every step all the same, as DistributedDataParallel needs
+COMPRESSIVE = {'cmem_len': 4, 'compression_rate': 2}
+
+
+@pytest.mark.parametrize('extra', [{}, COMPRESSIVE], ids=['memory', 'compressed_memory'])
+def test_two_processes_equal_one_process_on_the_global_batch(tmp_path, extra):
+    overrides = {**OVERRIDES, **extra}
     out = tmp_path / 'rank0.pt'
     (tmp_path / 'lab').mkdir()
     (tmp_path / 'single').mkdir()
@@ -47,7 +55,7 @@ def test_two_processes_equal_one_process_on_the_global_batch(tmp_path):
         lab.configure({{'path': {str(tmp_path / 'lab')!r}}})
         import train_xl
         torch.set_default_dtype(torch.float64)
-        trainer = train_xl.train({OVERRIDES!r}, screen=False)
+        trainer = train_xl.train({overrides!r}, screen=False)
         if trainer.distributed.is_main:
             torch.save({{'model': trainer.model.state_dict(), 'history': trainer.history,
                          'group_left': not torch.distributed.is_initialized(),
@@ -63,7 +71,7 @@ def test_two_processes_equal_one_process_on_the_global_batch(tmp_path):
     default_dtype = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
-        single = train_xl.train(dict(OVERRIDES), screen=False)
+        single = train_xl.train(dict(overrides), screen=False)
     finally:
         torch.set_default_dtype(default_dtype)
         lab.configure({'path': str(REPO)})
