@@ -251,8 +251,9 @@ def non_finite_values(state: Dict[str, Any]) -> List[str]:
     for key, value in (state.get('scheduler') or {}).items():
         if 'lr' in key:
             look(f"the schedule's {key}", value)
-    for layer, memory in enumerate(state.get('mems') or []):
-        look(f"the memory of layer {layer}", memory)
+    for index, memory in enumerate(state.get('mems') or []):
+        # (the n_layer + 1 memories, then the compressed memories where the model has them)
+        look(f"the memories' mems[{index}]", memory)
     return found
 
 

@@ -110,7 +110,12 @@ def _nan_adam(state):
     state['optimizer']['state'][3]['exp_avg_sq'][0] = math.nan
 
 
+def _nan_memory(state):
+    state['mems'][1][0, 0, 0] = math.nan
+
+
 @pytest.mark.parametrize('damage, named', [
+    (_nan_memory, r"the memories' mems\[1\] \(nan\)"),
     (_nan_lr, r"the learning rate \(lr\) of the optimizer's param group 0 \(nan\), the schedule's _last_lr "
               r"\(\[nan\]\)"),
     (_nan_weight, r"the model's weight layers\.0\.pos_ff\.CoreNet\.0\.weight \(inf\)"),
