@@ -18,9 +18,9 @@ from ..positions import registry
 from ..positions.scheme import SchemeSettings
 from ..transformer.feed_forward import FeedForward
 from ..transformer.mha import MultiHeadAttention
-from .validation import ValidatedConfigs, chosen_option
 from ..transformer.models import (Decoder, Encoder, EncoderDecoder, EmbeddingsWithLearnedPositionalEncoding,
-                     EmbeddingsWithPositionalEncoding, Generator, TransformerLayer)
+                                  EmbeddingsWithPositionalEncoding, Generator, TransformerLayer)
+from .validation import ValidatedConfigs, chosen_option
 
 
 class FeedForwardConfigs(ValidatedConfigs):

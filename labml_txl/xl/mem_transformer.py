@@ -81,7 +81,7 @@ from .formats import hf as hf_format
 from .init import check_init, init_weights
 from .layers import DecoderLayer
 from .log_uniform_sampler import LogUniformSampler, sample_logits
-from .memory import ModelMemory
+from .memory import ModelMemory, held_rows
 from .positional_embedding import PositionalEmbedding
 
 # The original's types, which `original_numerics` copies
@@ -578,7 +578,7 @@ class MemTransformerLM(nn.Module):
             if self.compressed_memory is not None:
                 # $cm^{n-1}_{\tau+1} = [cm^{n-1}_\tau \circ f_c([m^{n-1}_\tau \circ h^{n-1}_{\tau+1}]_{[0, beg)})]$, its
                 # last `cmem_len` rows
-                old = [m if m.dim() == 3 and m.shape[0] > 0 else None for m in mems]
+                old = [held_rows(m) for m in mems]
                 new_mems += self.compressed_memory.next_compressed(cmems, old, hids, beg)
                 if reconstruction:
                     reconstruction_loss = self.compressed_memory.reconstruction_loss(self.layers, old, hids, beg)

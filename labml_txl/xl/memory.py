@@ -25,6 +25,13 @@ from .fused_step import LayerParts
 from .kv_memo import KeyValueMemo
 
 T = TypeVar('T')
+# The most values of shapes, and of tables, one memory keeps before it starts afresh
+MOST_KEPT = 16
+
+
+def held_rows(memory: torch.Tensor) -> Optional[torch.Tensor]:
+    """`memory`, or None where it holds no rows (empty, or the original's empty `[0]`)."""
+    return memory if memory.dim() == 3 and memory.shape[0] > 0 else None
 
 
 class ModelMemory:
@@ -52,7 +59,7 @@ class ModelMemory:
             return make()
         value = self.shapes.get(key)
         if value is None:
-            if len(self.shapes) >= 16:
+            if len(self.shapes) >= MOST_KEPT:
                 self.shapes = {}
             value = self.shapes[key] = make()
         return value
@@ -67,6 +74,9 @@ class ModelMemory:
             return make(rows)
         table = self.tables.get(key)
         if table is None or table.shape[0] < rows:
+            if len(self.tables) >= MOST_KEPT:
+                # (a table whose key is gone, as the frequencies loaded since, is never read again)
+                self.tables = {}
             table = make(max(rows, longest))
             # A tensor of its own, not a view, so that its slices are seen as its rows (`last_rows_of`)
             table = self.tables[key] = table if table._base is None else table.clone()
@@ -111,7 +121,7 @@ class ModelMemory:
         new_mems = []
         with torch.no_grad():
             for i, (m, h) in enumerate(zip(mems, hids)):
-                m = m if m.dim() == 3 and m.shape[0] > 0 else None
+                m = held_rows(m)
                 if not plan.keeps_caches:
                     # (every segment's memories are new: no buffer with room to append to)
                     new_mems.append(joined_rows(m, h, beg, end, dim=0).detach())

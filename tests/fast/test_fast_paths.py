@@ -21,6 +21,7 @@ from labml_txl.fast.native import few_rows_linear as native_few_rows
 from labml_txl.attention.reference import masked_softmax, relative_attention_scores, relative_shift
 from labml_txl.positions.relative import Relative
 from labml_txl.xl import MemTransformerLM
+from labml_txl.xl.memory import MOST_KEPT
 from labml_txl.transformer.mha import MultiHeadAttention
 
 from tolerance import assert_close_rounding, assert_same_function, xl_depths
@@ -617,6 +618,18 @@ def test_cached_positions_see_loaded_frequencies():
     model.impl = 'reference'
     assert_same_function(after, model(data[:5], data[1:6])[0])
     assert not torch.equal(before, after)
+
+
+def test_tables_of_frequencies_loaded_again_and_again_are_not_all_kept():
+    """Each load of the frequencies keys a new table of positions; the old ones are never read again, so no more than
+    `MOST_KEPT` are held (evaluating checkpoint after checkpoint on one model would otherwise grow without bound)."""
+    _, model = _pair()
+    model.eval()
+    data = torch.randint(40, (6, 2))
+    for _ in range(3 * MOST_KEPT):
+        model.load_state_dict(model.state_dict())
+        model(data[:5], data[1:6])
+    assert 1 <= len(model._memory.tables) <= MOST_KEPT
 
 
 @pytest.mark.parametrize('kernel', [True, False], ids=['kernel', 'no-kernel'])
