@@ -55,7 +55,7 @@ test: $(STAMP)
 # CPUs either way). On an AVX-512 machine this runs other kernels and other orders of addition, so a tolerance that
 # holds only for one CPU fails here, not on a newcomer's machine. Torch's compiled-code cache is kept apart, since
 # its key ignores ATEN_CPU_CAPABILITY.
-NUMERICS_TESTS := tests/fast tests/attention tests/positions tests/transformer tests/xl
+NUMERICS_TESTS := tests/fast tests/attention tests/positions tests/transformer tests/xl tests/memories
 AVX2 := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 LABML_TXL_NATIVE_ARCH=x86-64-v3 \
 	TORCHINDUCTOR_CACHE_DIR=$${TMPDIR:-/tmp}/labml_txl_inductor_avx2
 

@@ -23,7 +23,7 @@ _ITEM = re.compile(r'^    (\w+)\s*:')
 def item_docs(configs_class: type) -> Dict[str, str]:
     """
     The comment lines written directly above each item in the bodies of `configs_class` and its bases (a
-    subclass's comment wins):
+    subclass's comment wins), and the documentation of items added outside a body (`_generated_item_docs`):
 
         # Number of layers
         n_layer: int = 12
@@ -32,6 +32,8 @@ def item_docs(configs_class: type) -> Dict[str, str]:
     for cls in reversed(configs_class.__mro__):
         if not (isinstance(cls, type) and issubclass(cls, BaseConfigs)) or cls is BaseConfigs:
             continue
+        # Items added to the class outside its body (a memory mechanism's settings), with their documentation
+        docs.update(cls.__dict__.get('_generated_item_docs', {}))
         try:
             lines = textwrap.dedent(inspect.getsource(cls)).splitlines()[1:]
         except (OSError, TypeError):

@@ -4,13 +4,16 @@ r"""
 Every constructor keyword of `xl.MemTransformerLM` is an item, with the defaults of the original `train.py`; the model
 is built on first use. `attention` names the positional scheme (`positions/registry.py`: the original's `attn_type`
 integers and the schemes added since), `norm` the norm (`transformer.NORMS`), and `preset` the hyperparameters of one
-of the original run scripts (`presets.py`).
+of the original run scripts (`presets.py`). Every memory mechanism's settings (`memories/registry.py`: the compressed
+memory's `cmem_len`, `compression_rate`, `compression`, ...) are items too, added as each mechanism is registered.
 """
 import copy
-from typing import List, Optional
+from typing import ClassVar, Dict, List, Optional
 
 from labml.configs import aggregate, option
+from labml.internal.configs.config_item import ConfigItem
 
+from ..memories import registry as memory_registry
 from ..positions import registry
 from ..xl import MemTransformerLM
 from .presets import PRESETS, TRAINING_COLUMNS
@@ -71,13 +74,6 @@ class TransformerXLConfigs(ValidatedConfigs):
     clamp_len: int = -1
     # Sampled softmax with this many samples (-1: the full softmax)
     sample_softmax: int = -1
-    # Compressed memory (the Compressive Transformer): compressed rows each layer keeps of the memories that fall out
-    # of `mem_len` (0: none)
-    cmem_len: int = 0
-    # Compressed memory: how many memories make one compressed row (at most `mem_len`)
-    compression_rate: int = 4
-    # Compressed memory: the compression function, 'conv' (learned), 'max_pool' or 'mean_pool'
-    compression: str = 'conv'
     # Per-layer $u$, $v$ (the authors' TensorFlow code and published WikiText-103 model)
     untie_r: bool = False
     # Every numerical choice of the original where this package differs (`MemTransformerLM`), for its checkpoints
@@ -116,6 +112,9 @@ class TransformerXLConfigs(ValidatedConfigs):
     # The model
     model: MemTransformerLM
 
+    # The documentation of the items added outside the class body (`_memory_items`), for `--help` and the docs
+    _generated_item_docs: ClassVar[Dict[str, str]] = {}
+
 
 @option(TransformerXLConfigs.eval_tgt_len, 'tgt_len')
 def _eval_tgt_len(c: TransformerXLConfigs):
@@ -153,8 +152,8 @@ def _mem_transformer(c: TransformerXLConfigs):
                             init_range=c.init_range, init_std=c.init_std, proj_init_std=c.proj_init_std, norm=c.norm,
                             original_numerics=c.original_numerics,
                             rotary_fraction=c.rotary_fraction, t5_num_buckets=c.t5_num_buckets,
-                            t5_max_distance=c.t5_max_distance, cmem_len=c.cmem_len,
-                            compression_rate=c.compression_rate, compression=c.compression)
+                            t5_max_distance=c.t5_max_distance,
+                            **{key: getattr(c, key) for key in memory_registry.settings()})
 
 
 norm_options(TransformerXLConfigs.norm)
@@ -173,6 +172,25 @@ def _xl_attention_option(name: str) -> None:
 for _name in registry.SCHEMES:
     _xl_attention_option(_name)
 registry.LISTENERS.append(_xl_attention_option)
+
+
+# ## The memory mechanisms' settings
+
+def _memory_items(name: str) -> None:
+    """The settings of the memory mechanism `name` (`memories/registry.py`) as items of `TransformerXLConfigs`, each
+    with its type, default and line of documentation, as the class body would declare them."""
+    for key, setting in memory_registry.MEMORIES[name].settings.items():
+        TransformerXLConfigs.__annotations__[key] = setting.annotation
+        setattr(TransformerXLConfigs, key, ConfigItem(key=key, configs_class=TransformerXLConfigs, has_annotation=True,
+                                                      annotation=setting.annotation, has_value=True,
+                                                      value=setting.default))
+        TransformerXLConfigs._generated_item_docs[key] = setting.doc
+
+
+# Every mechanism registered, now and later
+for _name in memory_registry.MEMORIES:
+    _memory_items(_name)
+memory_registry.LISTENERS.append(_memory_items)
 
 
 # ## Presets of the original run scripts: the model and evaluation columns of `presets.py`'s table

@@ -7,7 +7,7 @@ the loop of the original `train.py`, with its defaults. Every item can be overri
 `presets.md` (optimizer Adam, lr 0.00025, cosine schedule and clip 0.25 are the defaults already).
 """
 import math
-from typing import Optional
+from typing import Dict, Optional
 
 import torch
 from labml.configs import aggregate, option
@@ -16,6 +16,7 @@ from ..configs.presets import PRESETS, TRAINING_COLUMNS
 from ..configs.xl import TransformerXLConfigs
 from ..data import Corpus, get_corpus
 from ..errors import closest, describe_choices, require_positive_int
+from ..memories import registry as memory_registry
 from .schedules import SCHEDULES, make_scheduler
 
 PRECISIONS = ('float32', 'bf16', 'fp16')
@@ -60,6 +61,8 @@ class TrainXLConfigs(TransformerXLConfigs):
     clip: float = 0.25
     # Weight of the compressed memory's attention-reconstruction loss in the training loss (with `cmem_len > 0`)
     ar_loss_weight: float = 1.0
+    # Weights of the memory mechanisms' auxiliary losses by name, e.g. {'reconstruction': 0.5} (1.0 where not given)
+    aux_loss_weights: Dict[str, float] = {}
 
     # 'float32', 'bf16' (autocast; on the CPU too) or 'fp16' (autocast with a gradient scaler; CUDA only)
     precision: str = 'float32'
@@ -167,8 +170,37 @@ def check_training_configs(c: TrainXLConfigs) -> None:
     if not math.isfinite(c.ar_loss_weight) or c.ar_loss_weight < 0:
         raise ValueError(f"ar_loss_weight={c.ar_loss_weight} is not accepted: the weight of the attention-"
                          f"reconstruction loss, a finite number >= 0 (0 leaves the compression untrained)")
+    aux_loss_weights(c)
     if c.time_limit < 0:
         raise ValueError(f"time_limit={c.time_limit} is not accepted: seconds of training, or 0 for no limit")
+
+
+def aux_loss_weights(c: TrainXLConfigs) -> Dict[str, float]:
+    """
+    The weight of every registered mechanism's auxiliary loss, by name: `aux_loss_weights`' where it names it, else
+    `ar_loss_weight` for the compressed memory's `'reconstruction'` (its name before the mechanisms had a seam), else
+    1.0. A `ValueError` names a loss no mechanism has, a weight that is not a finite number >= 0, or the
+    reconstruction's weight given twice. A loss of a mechanism that is off may be weighted (a sweep sets one value for
+    every run).
+    """
+    given = c.aux_loss_weights
+    if not isinstance(given, dict):
+        raise ValueError(f"aux_loss_weights={given!r} is not accepted: a dict of loss name to weight, e.g. "
+                         f"{{'reconstruction': 0.5}}")
+    known = {name for cls in memory_registry.MEMORIES.values() for name in cls.losses}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise ValueError(f"aux_loss_weights names {unknown}, which no memory mechanism has: the auxiliary losses are "
+                         f"{', '.join(map(repr, sorted(known))) or 'none'}")
+    for name, weight in given.items():
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
+            raise ValueError(f"aux_loss_weights[{name!r}]={weight!r} is not accepted: a finite number >= 0")
+    if 'reconstruction' in given and c.ar_loss_weight != 1.0:
+        raise ValueError(f"aux_loss_weights['reconstruction']={given['reconstruction']} and "
+                         f"ar_loss_weight={c.ar_loss_weight} are not accepted together: both weigh the compressed "
+                         f"memory's reconstruction loss; give one")
+    defaults = {'reconstruction': c.ar_loss_weight}
+    return {name: float(given.get(name, defaults.get(name, 1.0))) for name in sorted(known)}
 
 
 def check_splits_fit(corpus: Corpus, batch_size: int) -> None:

@@ -20,9 +20,11 @@ memory grown by `tgt_len - eval_tgt_len` so every position sees as much context 
 random states, so a resumed run continues exactly as if it had never stopped.
 
 Tracked: `loss.train`, `bpc.train` (character and byte corpora) or `ppl.train` (word corpora), `lr`,
-`grad_norm`, `tokens_per_sec`, and the same losses `.valid`. With a compressed memory (`cmem_len > 0`) the step
-minimises the language-model loss plus `ar_loss_weight` times the attention-reconstruction loss, tracked apart as
-`ar_loss.train` (`loss.train` stays the language model's, comparable with runs without one).
+`grad_norm`, `tokens_per_sec`, and the same losses `.valid`. Where a memory mechanism that is on has auxiliary losses
+(the compressed memory's attention-reconstruction loss, `cmem_len > 0`), the step minimises the language-model loss
+plus each weighted by its name's `aux_loss_weights` (the reconstruction's by `ar_loss_weight`), each tracked apart
+as its mechanism's series (`ar_loss.train`); `loss.train` stays the language model's, comparable with runs without
+one.
 """
 import contextlib
 import math
@@ -36,7 +38,7 @@ from labml import monit, tracker
 
 from ..fast import native
 from .checkpoint import checkpoint_steps, check_finite_state, load_model_state, non_finite_values, save_checkpoint
-from .configs import TrainXLConfigs, check_splits_fit, check_training_configs, device_of
+from .configs import TrainXLConfigs, aux_loss_weights, check_splits_fit, check_training_configs, device_of
 from .distributed import DistributedContext, check_divisible
 from .interruption import StopSignals, TrainingInterrupted
 
@@ -114,6 +116,8 @@ class Trainer:
             self.forward_module = torch.nn.parallel.DistributedDataParallel(self.model)
         self.optimizer = conf.optimizer
         self.scheduler = conf.scheduler
+        # The weight of each memory mechanism's auxiliary loss, by name
+        self.aux_loss_weights = aux_loss_weights(conf)
         # `dev_perf` follows the validation loss; the others follow the step count
         self._steps_on_validation = isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
         self.scaler = torch.amp.GradScaler('cuda', enabled=conf.precision == 'fp16')
@@ -129,8 +133,9 @@ class Trainer:
         self._pass_ends = False
         # (step, training loss) of every step this trainer ran
         self.history: List[Tuple[int, float]] = []
-        # The attention-reconstruction loss of the last step, with a compressed memory (else None)
-        self.reconstruction_loss: Optional[float] = None
+        # The auxiliary losses of the last step by name (the compressed memory's 'reconstruction'), of the mechanisms
+        # that are on
+        self.aux_losses: Dict[str, float] = {}
         # The step of the last checkpoint `save` wrote, and its folder
         self._saved_step: Optional[int] = None
         self._saved_folder: Optional[Path] = None
@@ -181,10 +186,10 @@ class Trainer:
             data, target = data[:, columns], target[:, columns]
         chunks = conf.batch_chunk
         size = data.shape[1] // chunks
-        # With a compressed memory the model also returns its attention-reconstruction loss, trained with the weight
-        # `ar_loss_weight` and tracked apart
-        compressive = self.model.compressed_memory is not None
-        total, reconstruction_total, new_mems = 0.0, 0.0, []
+        # The model also returns the auxiliary losses of its mechanisms (the compressed memory's reconstruction loss),
+        # each trained with its weight and tracked apart
+        weights = self.aux_loss_weights
+        total, aux_totals, new_mems = 0.0, {}, []
         for i in range(chunks):
             columns = slice(i * size, (i + 1) * size)
             mems = [] if self.mems is None else [m[:, columns] for m in self.mems]
@@ -193,17 +198,16 @@ class Trainer:
             sync = contextlib.nullcontext() if last or self.distributed is None else self.forward_module.no_sync()
             with sync:
                 with self._autocast():
-                    loss, *chunk_mems = self.forward_module(data[:, columns], target[:, columns], *mems,
-                                                            return_reconstruction_loss=compressive)
+                    loss, aux, *chunk_mems = self.forward_module(data[:, columns], target[:, columns], *mems,
+                                                                 return_aux_losses=True)
                 # Mean over positions and this chunk's columns, in at least float32; divided by `chunks` so the
                 # sum is the batch mean
                 loss = _at_least_float32(loss).mean() / chunks
                 objective = loss
-                if compressive:
-                    reconstruction, *chunk_mems = chunk_mems
-                    reconstruction = _at_least_float32(reconstruction) / chunks
-                    objective = loss + conf.ar_loss_weight * reconstruction
-                    reconstruction_total += reconstruction.item()
+                for name, value in aux.items():
+                    value = _at_least_float32(value) / chunks
+                    objective = objective + weights[name] * value
+                    aux_totals[name] = aux_totals.get(name, 0.0) + value.item()
                 self.scaler.scale(objective).backward()
             total += loss.item()
             new_mems.append(chunk_mems)
@@ -213,9 +217,9 @@ class Trainer:
         self.grad_norm = grad_norm.item()
         if self.distributed is not None:
             # Before the optimizer step, so every rank judges the same loss (the gradient norm is the same already)
-            total, reconstruction_total = (s / self.distributed.world_size
-                                           for s in self.distributed.sum(total, reconstruction_total))
-        self.reconstruction_loss = reconstruction_total if compressive else None
+            total, *sums = (s / self.distributed.world_size for s in self.distributed.sum(total, *aux_totals.values()))
+            aux_totals = dict(zip(aux_totals, sums))
+        self.aux_losses = aux_totals
         self._check_finite_step(total)
         self.scaler.step(self.optimizer)
         self.scaler.update()
@@ -379,8 +383,8 @@ class Trainer:
                               **{f'{k}.train': v for k, v in quality(loss, self.corpus.level).items()},
                               'lr': self.optimizer.param_groups[0]['lr'], 'grad_norm': self.grad_norm,
                               'tokens_per_sec': target.numel() / max(time.time() - step_started, 1e-9),
-                              **({} if self.reconstruction_loss is None else
-                                 {'ar_loss.train': self.reconstruction_loss})})
+                              **{f'{series}.train': self.aux_losses[name]
+                                 for name, series in self.model.aux_loss_series().items() if name in self.aux_losses}})
                 out_of_time = 0 < conf.time_limit <= time.time() - started
                 if self.step % conf.eval_interval == 0 or self.step == conf.max_step or out_of_time:
                     valid = self._track_validation()

@@ -47,13 +47,15 @@ counting them again at every segment; its reference files for 2 and 3 use no mem
 
 With `same_length`, every query attends to the same number (`mem_len`) of keys, as the paper's evaluation does.
 
-## Compressed memory
+## Memory mechanisms
 
-With `cmem_len > 0` each layer also keeps the Compressive Transformer's compressed memory of what falls out of the
-memory (`compressed_memory.py`), attended before it: `[compressed memory, memory, segment]`, as one longer memory to
-every attention type. Its `n_layer` tensors follow the memories in the list a segment takes and returns.
+Transformer-XL's memory is the first of the memory mechanisms (`labml_txl/memories/`, `docs/memories.md`); every
+registered one is built when its size setting is above 0 (the compressed memory with `cmem_len > 0`, ...), and
+the recurrence carries them through the same segment step. What a mechanism joins before the memory each layer
+attends over as one longer memory, `[compressed memory, memory, segment]`, to every attention type; its state follows
+the memories in the list a segment takes and returns (`memories/state.py`).
 """
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -64,6 +66,9 @@ from ..errors import require_bool, require_positive_int, require_probability
 from ..fast import dispatch
 from ..fast.dispatch import Plan, check_impl
 from ..fast.dropout import Dropout
+from ..memories import registry as memory_registry
+from ..memories.mechanism import MemoryMechanism, ModelSizes, Segment
+from ..memories.state import StateLayout
 from ..positions import registry
 from ..positions.encoding import relative_distances
 from ..positions.learned_relative import last_rows
@@ -76,7 +81,6 @@ from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
 from .attention import KeysValues
 from .checks import check_cutoffs, check_lengths, check_tokens
-from .compressed_memory import CompressedMemory, check_compressed_memory
 from .formats import hf as hf_format
 from .init import check_init, init_weights
 from .layers import DecoderLayer
@@ -160,14 +164,6 @@ class MemTransformerLM(nn.Module):
             layer (`labml_txl/transformer/norms.py`); either is kept as `layer_norm`, RMSNorm without a bias.
         rotary_fraction: (new) the fraction of each head's features that `attn_type` 4 rotates, in (0, 1].
         t5_num_buckets, t5_max_distance: (new) the causal distance buckets of `attn_type` 6 (`positions/t5_bias.py`).
-        cmem_len: (new) the Compressive Transformer's compressed memory (Rae et al., 2020;
-            `compressed_memory.py`): per layer, up to `cmem_len` compressions of the memories that fall out of
-            `mem_len`, attended before the memory, with every attention type; 0 (the default) for none. The
-            compressed memories follow the memories in the list of memories (`n_layer` more tensors).
-        compression_rate: (new) how many memories make one compressed row; at most `mem_len`.
-        compression: (new) the compression function: `'conv'` (the paper's best, a learned 1D convolution of kernel
-            and stride `compression_rate`, with PyTorch's initialisation), `'max_pool'` or `'mean_pool'`. It and
-            `compression_rate` are checked but unused with `cmem_len` 0, so a sweep may set them for every run.
         impl: (new) how to compute: `'auto'` (the default) lets `labml_txl.fast.dispatch` pick, per call, the fastest
             implementation that serves it (our C++ kernels, SDPA, the head-major composite, oneDNN's prepacked
             products; each refused path has a reason, `dispatch.recording()`); `'reference'` runs the readable
@@ -176,6 +172,14 @@ class MemTransformerLM(nn.Module):
             two agree to float rounding and draw the same dropout masks from the same seed. Also an attribute
             (`model.impl = 'reference'`): it chooses how to compute, not what, so configs and checkpoints do not
             carry it.
+        **memory_settings: (new) the settings of every registered memory mechanism (`labml_txl/memories/`, each
+            with its default, `memories.registry.settings()`), checked whether the mechanism is on or not, so a
+            sweep may set them for every run: the compressed memory's `cmem_len` (the Compressive Transformer, Rae
+            et al., 2020: per layer, up to `cmem_len` compressions of the memories that fall out of `mem_len`,
+            attended before the memory, with every attention type; 0, the default, for none), `compression_rate`
+            (how many memories make one compressed row; at most `mem_len`) and `compression` (`'conv'`, the paper's
+            best, a learned 1D convolution of kernel and stride `compression_rate`, `'max_pool'` or `'mean_pool'`).
+            A mechanism's state follows the memories in the list of memories (`n_layer` compressed memories).
 
     Shape:
         `data` `[qlen, bsz]` token ids; `target` `[tgt_len, bsz]` with `tgt_len <= qlen` (the last `tgt_len`
@@ -192,7 +196,7 @@ class MemTransformerLM(nn.Module):
                  untie_r: bool = False, init: str = 'normal', init_range: float = 0.1, init_std: float = 0.02,
                  proj_init_std: float = 0.01, original_numerics: bool = False, norm: str = 'layer_norm',
                  rotary_fraction: float = 1.0, t5_num_buckets: int = 32, t5_max_distance: int = 128,
-                 cmem_len: int = 0, compression_rate: int = 4, compression: str = 'conv', impl: str = 'auto'):
+                 impl: str = 'auto', **memory_settings: Any):
         super().__init__()
         for name, value in (('n_token', n_token), ('n_layer', n_layer), ('n_head', n_head),
                             ('d_model', d_model), ('d_head', d_head), ('d_inner', d_inner)):
@@ -244,7 +248,9 @@ class MemTransformerLM(nn.Module):
                              f"biases of attn_type 0 (type 1 has per-layer biases already, 2 and 3 have none)")
         check_init(init, init_range, init_std, proj_init_std)
         check_norm(norm)
-        check_compressed_memory(cmem_len, compression_rate, compression, mem_len)
+        memory_settings = memory_registry.with_defaults(memory_settings)
+        for mechanism in memory_registry.MEMORIES.values():
+            mechanism.check_settings(memory_settings, mem_len)
         # The settings of the schemes, checked whichever type is chosen
         rotary_features(d_head, rotary_fraction)
         check_t5_buckets(t5_num_buckets, t5_max_distance, False, names=('t5_num_buckets', 't5_max_distance'))
@@ -272,9 +278,6 @@ class MemTransformerLM(nn.Module):
         self.tgt_len = tgt_len
         self.mem_len = mem_len
         self.ext_len = ext_len
-        # Length of the learned tables of attention types 1 and 3
-        self.max_klen = (tgt_len or 0) + ext_len + mem_len + cmem_len
-
         self.attn_type = attn_type
         self.layers = nn.ModuleList()
         for _ in range(n_layer):
@@ -302,10 +305,9 @@ class MemTransformerLM(nn.Module):
 
         self.same_length = same_length
         self.clamp_len = clamp_len
-        # Each layer's compression function and the rule of its compressed memory (`compressed_memory.py`)
-        self.compression_rate, self.compression = compression_rate, compression
-        self.compressed_memory = (CompressedMemory(n_layer, d_model, cmem_len, compression_rate, compression)
-                                  if cmem_len > 0 else None)
+        self._build_memories(memory_settings)
+        # Length of the learned tables of attention types 1 and 3
+        self.max_klen = (tgt_len or 0) + ext_len + mem_len + self._joined_length()
         self._create_params()
         init_weights(self, init=init, init_range=init_range, init_std=init_std, proj_init_std=proj_init_std)
         # What evaluation keeps between calls: positions and masks, the memories' keys and values and buffers,
@@ -322,6 +324,34 @@ class MemTransformerLM(nn.Module):
     def impl(self, value: str) -> None:
         self._impl = check_impl(value)
         self._drop_caches()
+
+    def _build_memories(self, settings: Dict[str, Any]) -> None:
+        """Every registered mechanism that is on (its size above 0), or always built, as the model's attribute of its
+        name (so its parameters are named `compressed_memory.functions.0.conv.weight`); None at the attribute of one
+        not built."""
+        sizes = ModelSizes(self.n_layer, self.d_model, self.n_head, self.d_head)
+        self._mechanisms: List[MemoryMechanism] = []
+        for cls in memory_registry.MEMORIES.values():
+            size = self.mem_len if cls.size == 'mem_len' else settings[cls.size]
+            if size > 0 or cls.always_built:
+                mechanism = cls(sizes, {name: settings[name] for name in cls.settings})
+                self.add_module(cls.attribute, mechanism)
+                self._mechanisms.append(mechanism)
+            else:
+                setattr(self, cls.attribute, None)
+
+    def memories_on(self) -> List[MemoryMechanism]:
+        """The mechanisms the recurrence carries now, in the registry's order."""
+        return [mechanism for mechanism in self._mechanisms if mechanism.is_on(self.mem_len)]
+
+    def _joined_length(self) -> int:
+        """The most rows the mechanisms join before Transformer-XL's memory."""
+        return sum(mechanism.joined_length() for mechanism in self.memories_on())
+
+    def aux_loss_series(self) -> Dict[str, str]:
+        """The auxiliary losses of the mechanisms that are on, by name, and the series training tracks each as
+        (`'reconstruction'`: `'ar_loss'`)."""
+        return {name: series for mechanism in self.memories_on() for name, series in mechanism.losses.items()}
 
     @property
     def cmem_len(self) -> int:
@@ -365,25 +395,24 @@ class MemTransformerLM(nn.Module):
             raise ValueError(f"clamp_len={clamp_len!r} is not accepted: an integer (<= 0 for no clipping)")
 
     def reset_length(self, tgt_len: int, ext_len: int, mem_len: int, *, same_length: Optional[bool] = None,
-                     clamp_len: Optional[int] = None, cmem_len: Optional[int] = None) -> None:
+                     clamp_len: Optional[int] = None, **memory_sizes: Any) -> None:
         """
         Change the segment, extended-context and memory lengths (e.g. a longer memory for evaluation); `tgt_len`
-        may be None as in the constructor. `same_length`, `clamp_len` and, for a model with a compressed memory,
-        `cmem_len`, where given, change those too (the paper's evaluation sets the first four). Each is checked as
-        the constructor checks it, before anything changes.
+        may be None as in the constructor. `same_length`, `clamp_len` and the sizes a built memory mechanism lets
+        evaluation change (`cmem_len` of a model with a compressed memory), where given, change those too (the
+        paper's evaluation sets the first four). Each is checked as the constructor checks it, before anything
+        changes.
         """
         same_length = self.same_length if same_length is None else same_length
         clamp_len = self.clamp_len if clamp_len is None else clamp_len
-        if cmem_len is not None and cmem_len != self.cmem_len and (self.compressed_memory is None or cmem_len < 1):
-            raise ValueError(f"cmem_len={cmem_len!r} is not accepted by a model built with cmem_len={self.cmem_len}: "
-                             f"a model with a compressed memory keeps one of at least 1, and one without has no "
-                             f"compression functions (build it with cmem_len > 0)")
-        cmem_len = self.cmem_len if cmem_len is None else cmem_len
+        memory_sizes = {name: value for name, value in memory_sizes.items() if value is not None}
         check_lengths(tgt_len, ext_len, mem_len, allow_none_tgt=self.attn_type not in LEARNED_TABLE_TYPES)
         require_bool('same_length', same_length)
         self._check_same_length(same_length, mem_len)
         self._check_clamp_len(clamp_len)
-        check_compressed_memory(cmem_len, self.compression_rate, self.compression, mem_len)
+        resets = self._memory_resets(memory_sizes)
+        for mechanism in self._mechanisms:
+            mechanism.check_reset(resets.get(mechanism, {}), mem_len)
         # Masks with `same_length` depend on `mem_len`: start the caches afresh
         self._drop_caches()
         self.tgt_len = tgt_len
@@ -391,21 +420,34 @@ class MemTransformerLM(nn.Module):
         self.ext_len = ext_len
         self.same_length = same_length
         self.clamp_len = clamp_len
-        if self.compressed_memory is not None:
-            self.compressed_memory.cmem_len = cmem_len
+        for mechanism, sizes in resets.items():
+            mechanism.reset(sizes)
+
+    def _memory_resets(self, memory_sizes: Dict[str, Any]) -> Dict[MemoryMechanism, Dict[str, Any]]:
+        """`memory_sizes` by the built mechanism they change, or an exception naming one that no mechanism has or
+        whose mechanism this model has not built (a size of 0, its value there, is no change)."""
+        known = memory_registry.settings()
+        unknown = sorted(set(memory_sizes) - set(known))
+        if unknown:
+            raise TypeError(f"reset_length got unexpected keyword arguments {unknown}: the memory mechanisms' "
+                            f"settings are {', '.join(known)}")
+        resets: Dict[MemoryMechanism, Dict[str, Any]] = {}
+        for name, value in memory_sizes.items():
+            cls = next(cls for cls in memory_registry.MEMORIES.values() if name in cls.settings)
+            mechanism = getattr(self, cls.attribute)
+            if mechanism is not None:
+                resets.setdefault(mechanism, {})[name] = value
+            elif not (name == cls.size and value == 0):
+                raise ValueError(f"{name}={value!r} is not accepted by a model built with {cls.size}=0: "
+                                 f"{cls.title} is not built (build it with {cls.size} > 0)")
+        return resets
 
     def init_mems(self, bsz: Optional[int] = None) -> Optional[List[torch.Tensor]]:
         """Empty memories (`n_layer + 1` tensors, `[0, bsz, d_model]`, or `[0]` as the original when `bsz`
-        is not given, then `n_layer` compressed memories where `cmem_len > 0`), or None when `mem_len` is 0."""
-        if self.mem_len == 0:
-            return None
-        param = self.word_emb.emb_layers[0].weight
-        shape = (0,) if bsz is None else (0, bsz, self.d_model)
-        return [torch.empty(shape, dtype=param.dtype, device=param.device) for _ in range(self._n_memories())]
-
-    def _n_memories(self) -> int:
-        """How many memories a segment takes and returns: `n_layer + 1`, then `n_layer` compressed ones."""
-        return self.n_layer + 1 + (self.n_layer if self.compressed_memory is not None else 0)
+        is not given, then every other mechanism's state, e.g. `n_layer` compressed memories where `cmem_len > 0`),
+        or None when no mechanism keeps a state (`mem_len` 0 and no other on)."""
+        layout = StateLayout(self.memories_on())
+        return layout.initial(bsz, self.word_emb.emb_layers[0].weight) if layout.length else None
 
     # -- Hugging Face's TransfoXL folders (`hf_format.py`) --
 
@@ -443,42 +485,10 @@ class MemTransformerLM(nn.Module):
         if mems is None or len(mems) == 0:
             return None
         mems = list(mems)
-        if len(mems) != self._n_memories():
-            compressed = (f", then n_layer = {self.n_layer} compressed memories [cmlen, bsz, d_model]"
-                          if self.compressed_memory is not None else '')
-            raise ValueError(f"{len(mems)} memories are not accepted: expected n_layer + 1 = {self.n_layer + 1} "
-                             f"tensors [mlen, bsz, d_model] (the input of every layer and the last output)"
-                             f"{compressed}, as returned by the previous segment, or none")
-        mlen = None
         weight = self.word_emb.emb_layers[0].weight
         # Hidden states are of the parameters' dtype, or of autocast's where it runs (a projected embedding)
         dtypes = {weight.dtype} | ({plan.autocast} if plan.autocast is not None else set())
-        for i, m in enumerate(mems):
-            if not isinstance(m, torch.Tensor):
-                raise TypeError(f"mems[{i}] must be a tensor [mlen, bsz, d_model], got {type(m).__name__}")
-            if m.dtype not in dtypes or m.device != weight.device:
-                accepted = ' or '.join(sorted(str(d) for d in dtypes))
-                raise TypeError(f"mems[{i}] is a {m.dtype} tensor on {m.device}, but the model's parameters are "
-                                f"{weight.dtype} on {weight.device}: memories are hidden states of this model "
-                                f"(as it returns them), so they must be {accepted} on {weight.device}")
-            if m.dim() == 1 and m.numel() == 0:
-                m_len = 0
-            elif m.dim() != 3 or m.shape[2] != self.d_model:
-                raise ValueError(f"mems[{i}] of shape {list(m.shape)} is not accepted: expected "
-                                 f"[mlen, bsz, d_model] with d_model={self.d_model}")
-            elif m.shape[1] != bsz:
-                raise ValueError(f"mems[{i}] has batch size {m.shape[1]} but data has batch size {bsz}: "
-                                 f"memories must come from a batch of the same size; accepted: "
-                                 f"[mlen, {bsz}, {self.d_model}], or no memories (a new stream)")
-            else:
-                m_len = m.shape[0]
-            # The compressed memories, from `mems[n_layer + 1]` on, have a length of their own
-            first = 0 if i <= self.n_layer else self.n_layer + 1
-            if i == first:
-                mlen = m_len
-            elif m_len != mlen:
-                raise ValueError(f"mems[{i}] has length {m_len} but mems[{first}] has {mlen}: all "
-                                 f"{'compressed ' if first else ''}memories must have the same length")
+        StateLayout(self.memories_on()).check(mems, bsz, weight, dtypes)
         return mems
 
     def _check_inputs(self, plan: Plan, data: torch.Tensor, mems) -> Optional[List[torch.Tensor]]:
@@ -499,9 +509,9 @@ class MemTransformerLM(nn.Module):
         return decoder_window_mask(qlen, klen, self._attention_window(klen), device)[:, :, None]
 
     def _attention_window(self, klen: int) -> int:
-        """How many keys up to its own position a query sees, of `klen`: all, or `mem_len` with `same_length` (and
-        `cmem_len` more with a compressed memory)."""
-        return min(self.mem_len + self.cmem_len, klen) if self.same_length else klen
+        """How many keys up to its own position a query sees, of `klen`: all, or `mem_len` with `same_length` (and the
+        rows the mechanisms join before the memory, e.g. `cmem_len` more with a compressed memory)."""
+        return min(self.mem_len + self._joined_length(), klen) if self.same_length else klen
 
     def _positions(self, klen: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """Sinusoidal embeddings of `klen - 1 .. 0` (clipped at `clamp_len`), `[klen, 1, d_model]`."""
@@ -518,23 +528,25 @@ class MemTransformerLM(nn.Module):
         loaded `inv_freq` is seen."""
         inv_freq = self.pos_emb.inv_freq
         key = ('pos', self.clamp_len, dtype, device, inv_freq.data_ptr(), inv_freq._version)
-        return self._memory.last_rows(plan, key, klen, self.cmem_len + self.mem_len + max(qlen, self.tgt_len or 0),
+        return self._memory.last_rows(plan, key, klen, self._joined_length() + self.mem_len + max(qlen, self.tgt_len or 0),
                                       lambda rows: self._positions(rows, dtype, device))
 
     def _forward(self, plan: Plan, dec_inp: torch.Tensor, all_mems: Optional[List[torch.Tensor]],
-                 reconstruction: bool = False) -> Tuple[torch.Tensor, List[torch.Tensor], Optional[torch.Tensor]]:
-        """The last layer's output `[qlen, bsz, d_model]`, the memories for the next segment and, with
-        `reconstruction`, the attention-reconstruction loss of the rows the segment compresses (else None)."""
-        # The memories, then the compressed memories where the model has them
-        n_mems = self.n_layer + 1
-        mems, cmems = (None, None) if all_mems is None else (all_mems[:n_mems], all_mems[n_mems:])
+                 losses: bool = False) -> Tuple[torch.Tensor, List[torch.Tensor], Dict[str, torch.Tensor]]:
+        """The last layer's output `[qlen, bsz, d_model]`, the flat state for the next segment (`memories/state.py`)
+        and, with `losses`, every mechanism's auxiliary losses of the segment by name (else none)."""
+        on = self.memories_on()
+        layout = StateLayout(on)
+        states = {} if all_mems is None else layout.unflatten(all_mems)
+        # Transformer-XL's memories $m^{n-1}$, where it is on
+        mems = states[self.xl_memory]['mem'] if self.xl_memory in states else None
         qlen = dec_inp.shape[0]
         mlen = mems[0].shape[0] if mems is not None and mems[0].dim() == 3 else 0
-        cmlen = cmems[0].shape[0] if cmems and cmems[0].dim() == 3 else 0
-        # What each layer attends to before its segment, oldest first: $[\mathop{SG}(cm) \circ \mathop{SG}(m)]$
-        # (`compressed_memory.py`), `alen` rows
-        attended = mems if cmlen == 0 else [torch.cat([c, m]) for c, m in zip(cmems, mems)]
-        alen = cmlen + mlen
+        # What each layer attends to before its segment, oldest first: the rows the other mechanisms join, then
+        # $\mathop{SG}(m^{n-1})$ (with the compressed memory $[\mathop{SG}(cm^{n-1}) \circ \mathop{SG}(m^{n-1})]$),
+        # `alen` rows
+        attended = self._attended(states, mems)
+        alen = 0 if attended is None else attended[0].shape[0]
         klen = alen + qlen
         # $h^0$, the word embeddings
         core_out = self.drop(self.word_emb(dec_inp))
@@ -545,10 +557,10 @@ class MemTransformerLM(nn.Module):
         if self.attn_type in (0, 2):
             pos_emb = self.drop(self._cached_positions(plan, qlen, klen, core_out.dtype, core_out.device))
         # The keys and values of each memory, kept from the segment before where this call keeps them (`kv_memo.py`:
-        # without gradients, for the types whose memory is projected as it is, all but 2 and 3; not with a
-        # compressed memory, which the memory joins anew at every segment)
+        # without gradients, for the types whose memory is projected as it is, all but 2 and 3; not where a mechanism
+        # joins rows before the memory, which it joins anew at every segment)
         keep_kv = self._memory.keeps_keys_values(plan, exact=self.attn_type not in (2, 3) and self.mem_len > 0
-                                                 and self.compressed_memory is None)
+                                                 and self._joined_length() == 0)
         mems_kv = self._memory.kept_keys_values(self.layers, mems if mlen > 0 and keep_kv else None)
         window, parts = self._attention_window(klen), self._memory.layer_parts(self.layers)
         if dispatch.decoder_layers(plan, core_out, klen, window, parts, [alen == 0 or kv is not None
@@ -566,23 +578,36 @@ class MemTransformerLM(nn.Module):
                     out, kv = out
                     keys_values.append(kv)
                 hids.append(out)
-        new_mems, reconstruction_loss = [], None
-        if mems is not None and self.mem_len > 0:
-            beg, end = self._mem_bounds(qlen, mlen)
-            if self.compressed_memory is not None:
-                # Whole groups of `compression_rate` rows fall out
-                beg = self.compressed_memory.evicted_rows(beg)
-            # $m^{n-1}_{\tau+1} = [m^{n-1}_\tau \circ h^{n-1}_{\tau+1}]_{[beg, end)}$
-            new_mems = self._memory.next_memories(plan, hids, mems, keys_values if keep_kv else [], self.layers,
-                                                  beg, end)
-            if self.compressed_memory is not None:
-                # $cm^{n-1}_{\tau+1} = [cm^{n-1}_\tau \circ f_c([m^{n-1}_\tau \circ h^{n-1}_{\tau+1}]_{[0, beg)})]$, its
-                # last `cmem_len` rows
-                old = [held_rows(m) for m in mems]
-                new_mems += self.compressed_memory.next_compressed(cmems, old, hids, beg)
-                if reconstruction:
-                    reconstruction_loss = self.compressed_memory.reconstruction_loss(self.layers, old, hids, beg)
-        return self.drop(hids[-1]), new_mems, reconstruction_loss
+        if not states:
+            return self.drop(hids[-1]), [], {}
+        beg, end = self._mem_bounds(qlen, mlen)
+        for mechanism in on:
+            # (the compressed memory takes whole groups of `compression_rate` rows)
+            beg = mechanism.evicted_rows(beg)
+        segment = Segment(plan, self.layers, hids, None if mems is None else [held_rows(m) for m in mems], beg, end,
+                          self._memory, keys_values if keep_kv else [])
+        # $m^{n-1}_{\tau+1} = [m^{n-1}_\tau \circ h^{n-1}_{\tau+1}]_{[beg, end)}$, and each mechanism's next state
+        new_states = {mechanism: mechanism.next_state(states[mechanism], segment) for mechanism in on}
+        aux_losses = {}
+        if losses:
+            for mechanism in on:
+                aux_losses.update(mechanism.aux_losses(states[mechanism], segment))
+        return self.drop(hids[-1]), layout.flatten(new_states), aux_losses
+
+    def _attended(self, states: Dict[MemoryMechanism, Dict[str, List[torch.Tensor]]],
+                  mems: Optional[List[torch.Tensor]]) -> Optional[List[torch.Tensor]]:
+        """Per layer, the rows it attends to before its segment, oldest first: the rows every mechanism but
+        Transformer-XL's joins (in the registry's order), then Transformer-XL's memory; None where there are none."""
+        attended = []
+        for i in range(self.n_layer):
+            parts = [mechanism.joined_rows(state, i) for mechanism, state in states.items()
+                     if mechanism is not self.xl_memory]
+            parts = [rows for rows in parts + [None if mems is None else mems[i]]
+                     if rows is not None and held_rows(rows) is not None]
+            if not parts:
+                return None
+            attended.append(parts[0] if len(parts) == 1 else torch.cat(parts))
+        return attended
 
     def _fused_layers(self, plan: Plan, core_out: torch.Tensor, klen: int, window: int,
                       parts: List[fused_step.LayerParts], mems_kv: List[Optional[torch.Tensor]],
@@ -627,25 +652,33 @@ class MemTransformerLM(nn.Module):
         return max(0, end_idx - self.mem_len), end_idx
 
     def forward(self, data: torch.Tensor, target: torch.Tensor, *mems: torch.Tensor,
-                return_reconstruction_loss: bool = False) -> List[torch.Tensor]:
+                return_aux_losses: bool = False, return_reconstruction_loss: bool = False) -> List[Any]:
         """
         The original's calling convention: `[loss, *new_mems]`, loss `[tgt_len, bsz]` in position order
-        (`new_mems` empty when `mem_len` is 0; the compressed memories after the memories where `cmem_len > 0`). In
+        (`new_mems` empty when no mechanism keeps a state; the compressed memories after the memories where
+        `cmem_len > 0`, `memories/state.py`). In
         training with `sample_softmax > 0` the loss is the sampled softmax's; otherwise the full (adaptive)
         softmax's negative log-likelihood. `data` and `target` are tensors: a numpy array or a list is a `TypeError`
         saying how to convert it (`require_token_tensor` says why).
 
+        With `return_aux_losses`, `[loss, aux_losses, *new_mems]`: the auxiliary losses of the mechanisms that are on,
+        a scalar by name (`MemoryMechanism.losses`; empty where none has one), which training adds weighted by name.
         With `return_reconstruction_loss` (a model with a compressed memory only), `[loss, reconstruction_loss,
-        *new_mems]`: the attention-reconstruction loss (a scalar, `compressed_memory.py`) of the memories this
-        segment compresses, zero where it compresses none, whose gradient reaches the compression functions only.
+        *new_mems]`: the compressed memory's `'reconstruction'`, the attention-reconstruction loss (a scalar,
+        `memories/compressed.py`) of the memories this segment compresses, zero where it compresses none, whose
+        gradient reaches the compression functions only.
         """
         device = self.word_emb.emb_layers[0].weight.device
         require_token_tensor('data', data, device)
         require_token_tensor('target', target, device)
+        require_bool('return_aux_losses', return_aux_losses)
         require_bool('return_reconstruction_loss', return_reconstruction_loss)
         if return_reconstruction_loss and self.compressed_memory is None:
             raise ValueError("return_reconstruction_loss=True is not accepted with cmem_len=0: the loss trains the "
                              "compression of a compressed memory, and this model has none (set cmem_len > 0)")
+        if return_reconstruction_loss and return_aux_losses:
+            raise ValueError("return_aux_losses=True and return_reconstruction_loss=True are not accepted together: "
+                             "the auxiliary losses hold the reconstruction loss (as 'reconstruction')")
         plan = Plan.now(data.device, self.impl)
         mems = self._check_inputs(plan, data, mems)
         check_tokens('target', target, self.n_token, check_values=not plan.compiling)
@@ -656,7 +689,8 @@ class MemTransformerLM(nn.Module):
                              f"{list(data.shape)}: expected [tgt_len, {data.shape[1]}] with "
                              f"1 <= tgt_len <= {data.shape[0]} (the last tgt_len inputs are scored).{hint}")
         tgt_len = target.shape[0]
-        hidden, new_mems, reconstruction_loss = self._forward(plan, data, mems, return_reconstruction_loss)
+        hidden, new_mems, aux_losses = self._forward(plan, data, mems,
+                                                     return_aux_losses or return_reconstruction_loss)
         pred_hid = hidden[-tgt_len:]
         if self.sample_softmax > 0 and self.training:
             logit = sample_logits(self.out_layer.weight, self.out_layer.bias, target, pred_hid, self.sampler)
@@ -666,8 +700,10 @@ class MemTransformerLM(nn.Module):
             loss = -self.hidden_to_log_probs(pred_hid).gather(2, target[:, :, None]).squeeze(2)
         else:
             loss = self.crit(pred_hid.reshape(-1, pred_hid.shape[-1]), target.reshape(-1), plan=plan).view(tgt_len, -1)
+        if return_aux_losses:
+            return [loss, aux_losses] + new_mems
         if return_reconstruction_loss:
-            return [loss, reconstruction_loss] + new_mems
+            return [loss, aux_losses['reconstruction']] + new_mems
         return [loss] + new_mems
 
     # -- the clean API for new code --
@@ -679,8 +715,8 @@ class MemTransformerLM(nn.Module):
 
         Shape:
             `data` `[qlen, bsz]`; `mems` as returned before (None or `[]` for a new stream); returns
-            `hidden` `[qlen, bsz, d_model]` and `n_layer + 1` memories (`[]` when `mem_len` is 0), then `n_layer`
-            compressed memories where `cmem_len > 0`.
+            `hidden` `[qlen, bsz, d_model]` and `n_layer + 1` memories (`[]` when `mem_len` is 0), then every other
+            mechanism's state (`n_layer` compressed memories where `cmem_len > 0`).
 
         `data` is a tensor (also for `log_probs` and `logits`, which call this): a numpy array or a list is a
         `TypeError` saying how to convert it (`require_token_tensor` says why).

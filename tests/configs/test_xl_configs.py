@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from labml_txl.configs.validation import ConfigOptionError
+from labml_txl.memories import registry as memory_registry
 from labml_txl.configs import TransformerConfigs, TransformerXLConfigs
 from labml_txl.transformer.mha import MultiHeadAttention
 from labml_txl.positions.relative import Relative
@@ -17,11 +18,25 @@ PRESETS_MD = Path(__file__).resolve().parents[1] / 'reference' / 'xl' / 'presets
 
 
 def test_every_constructor_keyword_is_a_config_item():
-    keywords = set(inspect.signature(MemTransformerLM.__init__).parameters) - {'self'}
+    keywords = set(inspect.signature(MemTransformerLM.__init__).parameters) - {'self', 'memory_settings'}
     # How to compute (the dispatcher's choice or the reference), not what: configs do not carry it
     keywords.discard('impl')
+    # The memory mechanisms' settings, keywords too (`**memory_settings`)
+    keywords |= set(memory_registry.settings())
+    assert {'cmem_len', 'compression_rate', 'compression'} <= keywords
     items = set(TransformerXLConfigs()._Configs__types)
     assert keywords - items == set()
+
+
+def test_the_memory_settings_reach_the_model(labml_experiment):
+    """The generated items are passed to the model: a compressed memory built from the configs has their values."""
+    conf = TransformerXLConfigs()
+    labml_experiment.configs(conf, {'n_token': 50, 'n_layer': 2, 'n_head': 2, 'd_model': 16, 'd_head': 8,
+                                    'd_inner': 32, 'tgt_len': 6, 'mem_len': 6, 'cmem_len': 3,
+                                    'compression_rate': 2, 'compression': 'max_pool'})
+    memory = conf.model.compressed_memory
+    assert (memory.cmem_len, memory.compression_rate, memory.compression) == (3, 2, 'max_pool')
+    assert TransformerXLConfigs().compression == 'conv'
 
 
 def test_model_is_built_on_first_use_from_the_items(labml_experiment):

@@ -159,36 +159,51 @@ COMPRESSIVE = {'mem_len': 8, 'cmem_len': 4, 'compression_rate': 2}
 
 
 def test_compressed_memory_trains_its_reconstruction_loss_with_its_weight(tmp_path, monkeypatch):
-    """With `cmem_len > 0` the step minimises the language-model loss plus `ar_loss_weight` times the
-    reconstruction loss: doubling the weight doubles the compression's gradients and leaves every other gradient,
-    the language-model loss and the reconstruction loss as they are; chunks give the whole batch's gradients and
-    memories, compressed ones included."""
+    """With `cmem_len > 0` the step minimises the language-model loss plus `ar_loss_weight` (or
+    `aux_loss_weights['reconstruction']`) times the reconstruction loss: doubling the weight doubles the compression's
+    gradients and leaves every other gradient, the language-model loss and the reconstruction loss as they are; chunks
+    give the whole batch's gradients and memories, compressed ones included."""
     # (no clipping: the gradients are compared as computed)
     trainers = [make_trainer(tmp_path, monkeypatch, **COMPRESSIVE, clip=1e9, **extra)
-                for extra in ({}, {'ar_loss_weight': 2.0}, {'batch_chunk': 2})]
+                for extra in ({}, {'ar_loss_weight': 2.0}, {'batch_chunk': 2},
+                              {'aux_loss_weights': {'reconstruction': 2.0}})]
     for trainer in trainers:
         trainer.model.load_state_dict(trainers[0].model.state_dict())
         trainer.model.double()
         trainer.optimizer.param_groups[0]['lr'] = 0.0
         trainer.scheduler.base_lrs = [0.0]
-    one, two, chunked = trainers
+    one, two, chunked, by_name = trainers
     data, target, _ = one._next_batch()
     for step in range(3):
         losses = [trainer.train_step(data, target) for trainer in trainers]
-        assert losses[1] == losses[0] and losses[2] == pytest.approx(losses[0], rel=1e-12)
+        assert losses[1] == losses[0] == losses[3] and losses[2] == pytest.approx(losses[0], rel=1e-12)
+        reconstruction = [trainer.aux_losses['reconstruction'] for trainer in trainers]
         if step == 0:
             # Nothing fell out of the memory yet
-            assert one.reconstruction_loss == 0.0
+            assert reconstruction[0] == 0.0
             continue
-        assert one.reconstruction_loss > 0.0 and two.reconstruction_loss == one.reconstruction_loss
-        assert chunked.reconstruction_loss == pytest.approx(one.reconstruction_loss, rel=1e-12)
-        for (name, p), q, r in zip(one.model.named_parameters(), two.model.parameters(), chunked.model.parameters()):
+        assert reconstruction[0] > 0.0 and reconstruction[1] == reconstruction[0] == reconstruction[3]
+        assert reconstruction[2] == pytest.approx(reconstruction[0], rel=1e-12)
+        for (name, p), q, r, b in zip(one.model.named_parameters(), two.model.parameters(), chunked.model.parameters(),
+                                      by_name.model.parameters()):
             weight = 2.0 if name.startswith('compressed_memory.') else 1.0
             torch.testing.assert_close(q.grad, weight * p.grad, rtol=1e-12, atol=0, msg=name)
+            torch.testing.assert_close(b.grad, q.grad, rtol=0, atol=0, msg=name)
             torch.testing.assert_close(r.grad, p.grad, rtol=1e-10, atol=1e-12, msg=name)
     assert len(one.mems) == 3 + 2 and one.mems[3].shape[0] == 4
     for a, b in zip(one.mems, chunked.mems, strict=True):
         torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-12)
+
+
+def test_auxiliary_loss_weights_are_checked(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match=r"aux_loss_weights names \['recon'\], which no memory mechanism has: .*"
+                                         r"'reconstruction'"):
+        make_trainer(tmp_path, monkeypatch, **COMPRESSIVE, aux_loss_weights={'recon': 1.0})
+    with pytest.raises(ValueError, match=r"aux_loss_weights\['reconstruction'\]=-2.0 is not accepted"):
+        make_trainer(tmp_path, monkeypatch, **COMPRESSIVE, aux_loss_weights={'reconstruction': -2.0})
+    with pytest.raises(ValueError, match='both weigh .* give one'):
+        make_trainer(tmp_path, monkeypatch, **COMPRESSIVE, ar_loss_weight=0.5,
+                     aux_loss_weights={'reconstruction': 2.0})
 
 
 def test_bad_reconstruction_weight_is_refused(tmp_path, monkeypatch):

@@ -165,8 +165,10 @@ def hf_config(model: nn.Module) -> dict:
     if model.ext_len != 0:
         refusals.append(f"ext_len={model.ext_len} (Hugging Face's TransfoXL has no extended context: "
                         f"model.reset_length(tgt_len, 0, mem_len) first)")
-    if model.cmem_len > 0:
-        refusals.append(f"cmem_len={model.cmem_len} (Hugging Face's TransfoXL has no compressed memory)")
+    for mechanism in model.memories_on():
+        if mechanism is not model.xl_memory:
+            refusals.append(f"{mechanism.size}={getattr(mechanism, mechanism.size)} (Hugging Face's TransfoXL has no "
+                            f"{mechanism.title.removeprefix('the ')})")
     if refusals:
         raise ValueError(f"this model cannot be saved in Hugging Face's TransfoXL format: {'; '.join(refusals)}")
     crit, word_emb = model.crit, model.word_emb

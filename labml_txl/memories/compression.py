@@ -20,14 +20,16 @@ $$\mathcal{L}^{attn} = \bigl\| \mathop{attn}(h, m) - \mathop{attn}(h, f_c(m)) \b
 with $h$ the layer's input (its queries), the attention content-based (no positions, no mask), and the gradient
 stopped into everything but $f_c$: the attention's parameters, $h$ and $m$ (the paper's Algorithm 1).
 """
-from typing import Callable, Dict, List
+from typing import TYPE_CHECKING, Callable, Dict, List
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from ..errors import require_positive_int
-from .attention import XLAttention
+
+if TYPE_CHECKING:
+    from ..xl.attention import XLAttention
 
 
 class ConvCompression(nn.Module):
@@ -104,7 +106,7 @@ def make_compression(name: str, d_model: int, rate: int) -> nn.Module:
     return COMPRESSIONS[name](d_model, rate)
 
 
-def content_attention(attn: XLAttention, queries: torch.Tensor, *memories: torch.Tensor) -> List[torch.Tensor]:
+def content_attention(attn: 'XLAttention', queries: torch.Tensor, *memories: torch.Tensor) -> List[torch.Tensor]:
     r"""
     $\mathop{softmax}_j\bigl(q_i^\top k_j / \sqrt{d_{head}}\bigr) v_j$ of `attn`'s heads for `queries` over each of
     `memories` alone (no positions, no mask, no dropout, before $W_o$), with its $W_q$, $W_k$, $W_v$ (and its layer
@@ -139,7 +141,7 @@ def content_attention(attn: XLAttention, queries: torch.Tensor, *memories: torch
     return outputs
 
 
-def attention_reconstruction_loss(attn: XLAttention, compress: nn.Module, queries: torch.Tensor,
+def attention_reconstruction_loss(attn: 'XLAttention', compress: nn.Module, queries: torch.Tensor,
                                   old: torch.Tensor) -> torch.Tensor:
     r"""
     $\bigl\| \mathop{attn}(h, m) - \mathop{attn}(h, f_c(m)) \bigr\|^2$, the mean over its elements, for the layer's

@@ -1,5 +1,5 @@
 """
-The compressive memory's compression functions and attention-reconstruction loss (`xl/compression.py`), against
+The compressive memory's compression functions and attention-reconstruction loss (`memories/compression.py`), against
 labml_nn 0.5.1's `transformers.compressive` with the same weights (`Conv1dCompression`, `AttentionReconstructionLoss`)
 and against naive loops over the positions, in float64.
 """
@@ -12,7 +12,7 @@ from labml_nn.transformers.xl.relative_mha import RelativeMultiHeadAttention
 
 from labml_txl.positions.relative import Relative
 from labml_txl.xl.attention import XLAttention
-from labml_txl.xl.compression import (ConvCompression, PoolCompression, attention_reconstruction_loss,
+from labml_txl.memories.compression import (ConvCompression, PoolCompression, attention_reconstruction_loss,
                                       content_attention, make_compression)
 
 from tolerance import assert_same_function

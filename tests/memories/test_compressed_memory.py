@@ -1,5 +1,5 @@
 """
-`MemTransformerLM` with a compressed memory (`cmem_len > 0`, `xl/compressed_memory.py`), in float64:
+`MemTransformerLM` with a compressed memory (`cmem_len > 0`, `memories/compressed.py`), in float64:
 
 * at rate 1 with an identity compression it is Transformer-XL with a memory of `mem_len + cmem_len`, for every
   attention type;
@@ -16,10 +16,10 @@ import torch
 
 from labml_txl.positions import registry
 from labml_txl.xl import MemTransformerLM
-from labml_txl.xl.compression import attention_reconstruction_loss
+from labml_txl.memories.compression import attention_reconstruction_loss
 from tolerance import assert_same_function
 
-from .helpers import small_config
+from xl.helpers import small_config
 
 ALL_TYPES = sorted(registry.ATTN_TYPES.values())
 
