@@ -25,6 +25,7 @@ from labml_txl.cli import parse_overrides, run_script
 from labml_txl.configs.settings import Settings
 from labml_txl.train.configs import TrainXLConfigs, check_training_configs, device_of_name
 from labml_txl.train.distributed import run_in_environment
+from labml_txl.train.extensions import import_extensions
 from labml_txl.train.interruption import TrainingInterrupted
 from labml_txl.train.run_start import create_run, differing_overrides, next_commands, script_path, started_run
 from labml_txl.train.runs import (check_run_uuid, find_run, latest_checkpoint_of_run, load_overrides, lock_run,
@@ -53,10 +54,14 @@ def train(overrides: Dict[str, Any], resume: Optional[str] = None, name: str = '
     """
     use_working_directory_project()
     run_path = None
-    if resume is not None:
+    if resume is None:
+        import_extensions(overrides)
+    else:
         resume = check_run_uuid(resume)
         run_path = find_run(resume)
         saved = load_overrides(run_path)
+        # (the run's own modules first: their settings are items of the configs the checks build)
+        import_extensions({**saved, **overrides})
         _check_resumed_settings(resume, saved, overrides)
         overrides = {**saved, **overrides}
         name = run_path.parent.name
@@ -122,6 +127,7 @@ def check_settings(overrides: Dict[str, Any]) -> None:
     constructor, run on the meta device (shapes only: no memory, no weights). A sweep calls it for every point before
     its first run, so a point that cannot train is found before any other trains.
     """
+    import_extensions(overrides)
     conf = TrainXLConfigs()
     experiment.evaluate()
     experiment.configs(conf, overrides)

@@ -7,7 +7,7 @@ the loop of the original `train.py`, with its defaults. Every item can be overri
 `presets.md` (optimizer Adam, lr 0.00025, cosine schedule and clip 0.25 are the defaults already).
 """
 import math
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import torch
 from labml.configs import aggregate, option
@@ -63,6 +63,10 @@ class TrainXLConfigs(TransformerXLConfigs):
     ar_loss_weight: float = 1.0
     # Weights of the memory mechanisms' auxiliary losses by name, e.g. {'reconstruction': 0.5} (1.0 where not given)
     aux_loss_weights: Dict[str, float] = {}
+
+    # Modules of your own imported before the configs are built, e.g. a memory mechanism's (`docs/memories.md`);
+    # kept with the run, so its resume, evaluation and sampling import them too
+    imports: List[str] = []
 
     # 'float32', 'bf16' (autocast; on the CPU too) or 'fp16' (autocast with a gradient scaler; CUDA only)
     precision: str = 'float32'

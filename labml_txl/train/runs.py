@@ -151,11 +151,15 @@ def load_trained_run(run_uuid: str, overrides: Dict[str, Any] = None):
     """
     from .checkpoint import load_model_state
     from .configs import TrainXLConfigs
+    from .extensions import import_extensions
     use_working_directory_project()
     run_path = find_run(check_run_uuid(run_uuid))
+    overrides = {**load_overrides(run_path), **(overrides or {})}
+    # The run's own modules (a memory mechanism of its own), whose settings are items of the configs
+    import_extensions(overrides)
     conf = TrainXLConfigs()
     experiment.evaluate()
-    experiment.configs(conf, {**load_overrides(run_path), **(overrides or {})})
+    experiment.configs(conf, overrides)
     step, state = latest_checkpoint_of_run(run_path / 'checkpoints', run_uuid)
     load_model_state(conf.model, state['model'], str(run_path / 'checkpoints' / str(step)))
     conf.model.eval()

@@ -186,3 +186,30 @@ def test_register_refuses_what_would_clash(name, cls, message):
     with pytest.raises((ValueError, TypeError), match=message):
         registry.register(name, cls)
     assert registry.MEMORIES == before
+
+
+def test_the_scripts_take_the_docs_mechanism_with_imports(tmp_path):
+    """`imports=segment_summaries` from the folder that holds the module: `train_xl.py` trains with its setting and
+    keeps `imports` with the run, so `eval_xl.py` and `generate_xl.py` of the run (from the same folder, with no
+    PYTHONPATH) build the model with its summaries; a module that is not found is named."""
+    (tmp_path / 'segment_summaries.py').write_text(_doc_module())
+    env = {key: value for key, value in os.environ.items() if key != 'PYTHONPATH'}
+
+    def script(name, *argv):
+        return subprocess.run([sys.executable, str(REPO / 'experiments' / name), *argv], capture_output=True,
+                              text=True, timeout=300, cwd=tmp_path, env=env)
+
+    trained = script('train_xl.py', 'imports=segment_summaries', 'summary_len=2', 'n_layer=2', 'd_model=16',
+                     'n_head=2', 'd_head=8', 'd_inner=32', 'tgt_len=8', 'mem_len=8', 'batch_size=2', 'max_step=4',
+                     'eval_interval=4', 'max_eval_steps=2', 'checkpoint_interval=2', 'warmup_step=1')
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    run = next(tmp_path.glob('logs/train_xl/*/overrides.json')).parent
+    assert json.loads((run / 'overrides.json').read_text())['imports'] == 'segment_summaries'
+    evaluated = script('eval_xl.py', run.name, 'split=valid', 'max_eval_steps=2')
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    sampled = script('generate_xl.py', run.name, 'n_tokens=5', 'prompt=ROMEO:')
+    assert sampled.returncode == 0, sampled.stderr[-3000:]
+    assert 'ROMEO:' in sampled.stdout
+    missing = script('train_xl.py', 'imports=no_such_memories', 'max_step=1')
+    assert missing.returncode != 0
+    assert "the module 'no_such_memories' is not found in the working directory" in missing.stderr, missing.stderr
