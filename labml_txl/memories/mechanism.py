@@ -15,6 +15,11 @@ same segment step; a mechanism says
   (`init_state`) and how the tensors of each are named in messages (`describe_state`);
 * **what a layer attends to before its segment** (`joined_rows`): rows joined before Transformer-XL's memory, oldest
   first, which every positional scheme covers with its own positions (`joined_length` rows at most);
+* **rows it places around the segment** (`placed_rows`): rows of the first layer's input before and after the
+  segment's token embeddings (the Recurrent Memory Transformer's read and write memory tokens), computed by every
+  layer as the segment is (`placed_length` rows at most), left out of the loss and of Transformer-XL's memory;
+* **how many segments its gradient spans** (`gradient_segments`): a state that keeps its graph (where the call asks,
+  `carry_gradient`) lets training back-propagate through that many segments before it detaches;
 * **the next state** (`next_state`) from what the segment computed (`Segment`: every layer's input, the rows of
   `[memory, segment]` that fall out of Transformer-XL's memory, `evicted_rows`);
 * **its named auxiliary losses** (`losses`: a name and the series it is tracked as; `aux_losses` computes them),
@@ -78,6 +83,10 @@ class Segment:
         caches: the model's `xl.memory.ModelMemory` (append buffers, kept keys and values), which Transformer-XL's
             memory writes into.
         keys_values: each layer's `xl.attention.KeysValues` where this call keeps them (else empty).
+        outputs: the last layer's output over every row the layers computed (the rows mechanisms placed around the
+            segment among them), before the final dropout.
+        placed: per mechanism that placed rows, the slices of `outputs` before and after the segment that are its.
+        carry_gradient: whether the next state keeps its graph (training within a window of `bptt_segments`).
     """
     plan: Plan
     layers: nn.ModuleList
@@ -87,6 +96,9 @@ class Segment:
     end: int
     caches: Any
     keys_values: Sequence[Any] = ()
+    outputs: Optional[torch.Tensor] = None
+    placed: Dict[Any, Tuple[slice, slice]] = None
+    carry_gradient: bool = False
 
 
 class MemoryMechanism(nn.Module):
@@ -161,18 +173,37 @@ class MemoryMechanism(nn.Module):
         """The most rows `joined_rows` gives a layer."""
         return 0
 
+    def placed_rows(self, state: State, bsz: int, like: torch.Tensor
+                    ) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+        """The rows of the first layer's input before and after the segment's token embeddings, each
+        `[rows, bsz, d_model]` of `like`'s dtype, or None."""
+        return None, None
+
+    def placed_length(self) -> int:
+        """The most rows `placed_rows` gives, before and after together."""
+        return 0
+
+    def gradient_segments(self) -> int:
+        """Through how many segments training back-propagates into this mechanism's state (1: none before)."""
+        return 1
+
     def evicted_rows(self, evicted: int) -> int:
         """How many rows of `[memory, segment]` fall out of Transformer-XL's memory, where its own rule evicts
         `evicted`: a mechanism that takes them in groups may evict more (never fewer)."""
         return evicted
 
     def next_state(self, state: State, segment: Segment) -> State:
-        """The state after `segment`, detached."""
+        """The state after `segment`, detached (unless `segment.carry_gradient` and the state has a gradient to
+        carry)."""
         return state
 
     def aux_losses(self, state: State, segment: Segment) -> Dict[str, torch.Tensor]:
         """Each of `losses` of this segment, a scalar by name."""
         return {}
+
+    def init_parameters(self, init_weight) -> None:
+        """Initialise its parameters as the model's (`xl.init.init_weights`), where PyTorch's own initialisation is
+        not what it wants: `init_weight(parameter)` draws the model's weights' distribution in place."""
 
     def check_reset(self, sizes: Mapping[str, Any], mem_len: int) -> None:
         """A `ValueError` unless `MemTransformerLM.reset_length` may set this mechanism's settings `sizes` (maybe none)

@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, List, Mapping, Type
 
 from .compressed import CompressedMemory
 from .mechanism import MemoryMechanism, Setting
+from .recurrent import RecurrentMemoryTokens
 from .transformer_xl import TransformerXLMemory
 
 # Name to mechanism class, in the order of registration
@@ -53,6 +54,7 @@ def register(name: str, mechanism: Type[MemoryMechanism]) -> None:
 
 register('transformer_xl', TransformerXLMemory)
 register('compressed', CompressedMemory)
+register('recurrent', RecurrentMemoryTokens)
 
 
 def settings() -> Dict[str, Setting]:

@@ -31,7 +31,7 @@ import math
 import random
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from labml import monit, tracker
@@ -163,6 +163,15 @@ class Trainer:
                 self._pass, self._pass_ends = None, True
             return batch
 
+    def _next_window(self) -> List[Tuple[torch.Tensor, torch.Tensor]]:
+        """The segments of the next step: `model.gradient_segments()` of them (one, unless a mechanism is trained
+        through the recurrence), fewer where the pass ends first, as the memories start afresh after it."""
+        segments = []
+        while len(segments) < self.model.gradient_segments() and not self._pass_ends:
+            data, target, _ = self._next_batch()
+            segments.append((data, target))
+        return segments
+
     def _end_pass(self):
         self.epoch += 1
         self.mems = None
@@ -177,39 +186,54 @@ class Trainer:
 
     def train_step(self, data: torch.Tensor, target: torch.Tensor) -> float:
         """One optimizer step on a segment; returns its mean loss."""
+        return self.train_window([(data, target)])
+
+    def train_window(self, segments: Sequence[Tuple[torch.Tensor, torch.Tensor]]) -> float:
+        """
+        One optimizer step on consecutive segments `(data, target)` of the same columns; returns their mean loss.
+        Within the window the states of mechanisms trained through the recurrence keep their graph
+        (`carry_gradient`: the Recurrent Memory Transformer's memory tokens), so each segment's loss back-propagates
+        into the segments before it in the window; the state after the last is detached. One segment is the usual
+        step.
+        """
         conf = self.conf
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         if self.distributed is not None:
             # This rank's columns; DistributedDataParallel averages the gradients over the ranks
-            columns = self.distributed.columns(data.shape[1])
-            data, target = data[:, columns], target[:, columns]
+            columns = self.distributed.columns(segments[0][0].shape[1])
+            segments = [(data[:, columns], target[:, columns]) for data, target in segments]
         chunks = conf.batch_chunk
-        size = data.shape[1] // chunks
+        size = segments[0][0].shape[1] // chunks
+        # Each segment's mean loss counts `1 / (chunks * len(segments))` of the step's
+        parts = chunks * len(segments)
         # The model also returns the auxiliary losses of its mechanisms (the compressed memory's reconstruction loss),
         # each trained with its weight and tracked apart
         weights = self.aux_loss_weights
         total, aux_totals, new_mems = 0.0, {}, []
         for i in range(chunks):
             columns = slice(i * size, (i + 1) * size)
-            mems = [] if self.mems is None else [m[:, columns] for m in self.mems]
+            chunk_mems = [] if self.mems is None else [m[:, columns] for m in self.mems]
             # Gradients are averaged over the ranks once, after the last chunk
             last = i == chunks - 1
             sync = contextlib.nullcontext() if last or self.distributed is None else self.forward_module.no_sync()
             with sync:
-                with self._autocast():
-                    loss, aux, *chunk_mems = self.forward_module(data[:, columns], target[:, columns], *mems,
-                                                                 return_aux_losses=True)
-                # Mean over positions and this chunk's columns, in at least float32; divided by `chunks` so the
-                # sum is the batch mean
-                loss = _at_least_float32(loss).mean() / chunks
-                objective = loss
-                for name, value in aux.items():
-                    value = _at_least_float32(value) / chunks
-                    objective = objective + weights[name] * value
-                    aux_totals[name] = aux_totals.get(name, 0.0) + value.item()
+                objective = 0.0
+                for j, (data, target) in enumerate(segments):
+                    with self._autocast():
+                        loss, aux, *chunk_mems = self.forward_module(
+                            data[:, columns], target[:, columns], *chunk_mems, return_aux_losses=True,
+                            carry_gradient=j < len(segments) - 1)
+                    # Mean over positions and this chunk's columns, in at least float32; divided by `parts` so the
+                    # sum is the window's mean
+                    loss = _at_least_float32(loss).mean() / parts
+                    objective = objective + loss
+                    for name, value in aux.items():
+                        value = _at_least_float32(value) / parts
+                        objective = objective + weights[name] * value
+                        aux_totals[name] = aux_totals.get(name, 0.0) + value.item()
+                    total += loss.item()
                 self.scaler.scale(objective).backward()
-            total += loss.item()
             new_mems.append(chunk_mems)
         self.mems = [torch.cat(layer, dim=1) for layer in zip(*new_mems)] if new_mems[0] else None
         self.scaler.unscale_(self.optimizer)
@@ -372,8 +396,8 @@ class Trainer:
         with StopSignals() as signals:
             for step in monit.loop(range(self.step, conf.max_step)):
                 step_started = time.time()
-                data, target, seq_len = self._next_batch()
-                loss = self.train_step(data, target)
+                segments = self._next_window()
+                loss = self.train_window(segments)
                 if self._pass_ends:
                     self._pass_ends = False
                     self._end_pass()
@@ -382,7 +406,8 @@ class Trainer:
                 tracker.save({'loss.train': loss,
                               **{f'{k}.train': v for k, v in quality(loss, self.corpus.level).items()},
                               'lr': self.optimizer.param_groups[0]['lr'], 'grad_norm': self.grad_norm,
-                              'tokens_per_sec': target.numel() / max(time.time() - step_started, 1e-9),
+                              'tokens_per_sec': sum(target.numel() for _, target in segments)
+                                                / max(time.time() - step_started, 1e-9),
                               **{f'{series}.train': self.aux_losses[name]
                                  for name, series in self.model.aux_loss_series().items() if name in self.aux_losses}})
                 out_of_time = 0 < conf.time_limit <= time.time() - started

@@ -5,6 +5,12 @@ Generation feeds the prompt once, then one token at a time: each step computes o
 to the cached memories of the positions before it (Transformer-XL's evaluation speed-up, the paper's Table 9),
 so nothing is recomputed. The memory holds the last `context` positions, the context every new token sees.
 
+A model with a memory mechanism that places rows around each segment (the Recurrent Memory Transformer's memory
+tokens, `memories/recurrent.py`) updates that memory once per segment, so it is sampled segment by segment as it was
+trained: each new token is computed with the current segment's tokens so far over the state before that segment, and
+a segment of `tgt_len` tokens, once complete, gives the state of the next (a token's output does not depend on the
+rows written after the segment, which it cannot see).
+
 The next token is drawn from $p(w) \propto \exp(\log p(w) / T)$ at temperature $T$, restricted to the `top_k`
 most likely tokens and to the smallest set whose probabilities add up to `top_p` (nucleus sampling).
 """
@@ -84,15 +90,26 @@ def generate(model: MemTransformerLM, prompt: torch.Tensor, n_tokens: int, *, co
     require_positive_int('context', context)
     saved = (model.tgt_len, model.ext_len, model.mem_len)
     was_training = model.training
+    by_segments = model.places_rows()
+    if by_segments and not model.tgt_len:
+        raise ValueError("a model whose memory tokens are written once per segment is sampled segment by segment, of "
+                         "its tgt_len tokens, and this one has none: model.reset_length(tgt_len, 0, mem_len) first")
+    segment_len = model.tgt_len
     model.eval()
-    model.reset_length(1, 0, context)
+    model.reset_length(segment_len if by_segments else 1, 0, context)
+
+    def sample(log_probs: torch.Tensor) -> torch.Tensor:
+        distribution = filter_distribution(log_probs[-1].float(), temperature, top_k, top_p)
+        return torch.multinomial(distribution.exp(), 1, generator=generator).squeeze(-1)
+
     try:
+        if by_segments:
+            return _sample_by_segments(model, prompt, n_tokens, segment_len, sample)
         # The prompt in one pass; its last position gives the first distribution
         log_probs, mems = model.log_probs(prompt, None)
         tokens = []
         for _ in range(n_tokens):
-            distribution = filter_distribution(log_probs[-1].float(), temperature, top_k, top_p)
-            token = torch.multinomial(distribution.exp(), 1, generator=generator).squeeze(-1)
+            token = sample(log_probs)
             tokens.append(token)
             # Only the new position is computed; the past is in `mems`
             log_probs, mems = model.log_probs(token[None], mems)
@@ -100,3 +117,18 @@ def generate(model: MemTransformerLM, prompt: torch.Tensor, n_tokens: int, *, co
     finally:
         model.reset_length(*saved)
         model.train(was_training)
+
+
+def _sample_by_segments(model: MemTransformerLM, prompt: torch.Tensor, n_tokens: int, segment_len: int,
+                        sample) -> torch.Tensor:
+    """`n_tokens` tokens after `prompt`, each computed with the current segment's tokens over the state before that
+    segment; a complete segment of `segment_len` tokens gives the next segment's state (see the module docstring)."""
+    text, start, state = prompt, 0, None
+    for _ in range(n_tokens):
+        # The segments before the last (complete or not) are done: their state is the next one's
+        while text.shape[0] - start > segment_len:
+            _, state = model.log_probs(text[start:start + segment_len], state)
+            start += segment_len
+        log_probs, _ = model.log_probs(text[start:], state)
+        text = torch.cat([text, sample(log_probs)[None]])
+    return text[prompt.shape[0]:]

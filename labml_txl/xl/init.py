@@ -15,6 +15,7 @@ What the authors' `train.py` does to a new model (its defaults: `init='normal'`,
 """
 from torch import nn
 
+from ..memories.mechanism import MemoryMechanism
 from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
 
@@ -72,6 +73,9 @@ def init_weights(model: nn.Module, init: str = 'normal', init_range: float = 0.1
                 nn.init.zeros_(module.bias)
         elif isinstance(module, AdaptiveEmbedding):
             init_projs(module.emb_projs)
+        elif isinstance(module, MemoryMechanism):
+            # (a memory mechanism's own, e.g. the Recurrent Memory Transformer's initial memory)
+            module.init_parameters(init_weight)
         elif isinstance(module, ProjectedAdaptiveLogSoftmax):
             if module.n_clusters > 0:
                 init_weight(module.cluster_weight)

@@ -345,8 +345,18 @@ class MemTransformerLM(nn.Module):
         return [mechanism for mechanism in self._mechanisms if mechanism.is_on(self.mem_len)]
 
     def _joined_length(self) -> int:
-        """The most rows the mechanisms join before Transformer-XL's memory."""
-        return sum(mechanism.joined_length() for mechanism in self.memories_on())
+        """The most rows the mechanisms join before Transformer-XL's memory, and place around a segment."""
+        return sum(mechanism.joined_length() + mechanism.placed_length() for mechanism in self.memories_on())
+
+    def places_rows(self) -> bool:
+        """Whether a mechanism that is on places rows around each segment (the Recurrent Memory Transformer's memory
+        tokens): its state then changes once per call, so a segment's tokens are computed in one call."""
+        return any(mechanism.placed_length() > 0 for mechanism in self.memories_on())
+
+    def gradient_segments(self) -> int:
+        """Through how many segments training back-propagates into the mechanisms' states (1: none before; the
+        Recurrent Memory Transformer's `bptt_segments`)."""
+        return max([mechanism.gradient_segments() for mechanism in self.memories_on()], default=1)
 
     def aux_loss_series(self) -> Dict[str, str]:
         """The auxiliary losses of the mechanisms that are on, by name, and the series training tracks each as
@@ -532,24 +542,27 @@ class MemTransformerLM(nn.Module):
                                       lambda rows: self._positions(rows, dtype, device))
 
     def _forward(self, plan: Plan, dec_inp: torch.Tensor, all_mems: Optional[List[torch.Tensor]],
-                 losses: bool = False) -> Tuple[torch.Tensor, List[torch.Tensor], Dict[str, torch.Tensor]]:
-        """The last layer's output `[qlen, bsz, d_model]`, the flat state for the next segment (`memories/state.py`)
-        and, with `losses`, every mechanism's auxiliary losses of the segment by name (else none)."""
+                 losses: bool = False, carry_gradient: bool = False
+                 ) -> Tuple[torch.Tensor, List[torch.Tensor], Dict[str, torch.Tensor]]:
+        """The last layer's output `[qlen, bsz, d_model]` at the segment's tokens, the flat state for the next segment
+        (`memories/state.py`; keeping its graph where a mechanism's does and `carry_gradient`) and, with `losses`,
+        every mechanism's auxiliary losses of the segment by name (else none)."""
         on = self.memories_on()
         layout = StateLayout(on)
         states = {} if all_mems is None else layout.unflatten(all_mems)
         # Transformer-XL's memories $m^{n-1}$, where it is on
         mems = states[self.xl_memory]['mem'] if self.xl_memory in states else None
-        qlen = dec_inp.shape[0]
         mlen = mems[0].shape[0] if mems is not None and mems[0].dim() == 3 else 0
         # What each layer attends to before its segment, oldest first: the rows the other mechanisms join, then
         # $\mathop{SG}(m^{n-1})$ (with the compressed memory $[\mathop{SG}(cm^{n-1}) \circ \mathop{SG}(m^{n-1})]$),
         # `alen` rows
         attended = self._attended(states, mems)
         alen = 0 if attended is None else attended[0].shape[0]
+        # $h^0$, the word embeddings, with the rows mechanisms place around them (the Recurrent Memory Transformer's
+        # read and write memory tokens): `qlen` rows in all, the segment's tokens at `tokens`
+        core_out, tokens, placed = self._first_layer_input(states, dec_inp)
+        qlen = core_out.shape[0]
         klen = alen + qlen
-        # $h^0$, the word embeddings
-        core_out = self.drop(self.word_emb(dec_inp))
         mask = self._memory.shaped(plan, ('mask', qlen, alen, self.mem_len, self.same_length, core_out.device),
                                    lambda: self._attn_mask(qlen, alen, core_out.device))
         # The sinusoids of attention types 0 (distances) and 2 (window positions), `[klen, 1, d_model]`
@@ -578,14 +591,19 @@ class MemTransformerLM(nn.Module):
                     out, kv = out
                     keys_values.append(kv)
                 hids.append(out)
+        outputs = hids[-1]
+        if placed:
+            # (the rows at the segment's tokens: those of the placed rows are the mechanisms')
+            hids = [h[tokens] for h in hids]
         if not states:
             return self.drop(hids[-1]), [], {}
-        beg, end = self._mem_bounds(qlen, mlen)
+        beg, end = self._mem_bounds(dec_inp.shape[0], mlen)
         for mechanism in on:
             # (the compressed memory takes whole groups of `compression_rate` rows)
             beg = mechanism.evicted_rows(beg)
         segment = Segment(plan, self.layers, hids, None if mems is None else [held_rows(m) for m in mems], beg, end,
-                          self._memory, keys_values if keep_kv else [])
+                          self._memory, keys_values if keep_kv else [], outputs=outputs, placed=placed,
+                          carry_gradient=carry_gradient)
         # $m^{n-1}_{\tau+1} = [m^{n-1}_\tau \circ h^{n-1}_{\tau+1}]_{[beg, end)}$, and each mechanism's next state
         new_states = {mechanism: mechanism.next_state(states[mechanism], segment) for mechanism in on}
         aux_losses = {}
@@ -593,6 +611,29 @@ class MemTransformerLM(nn.Module):
             for mechanism in on:
                 aux_losses.update(mechanism.aux_losses(states[mechanism], segment))
         return self.drop(hids[-1]), layout.flatten(new_states), aux_losses
+
+    def _first_layer_input(self, states: Dict[MemoryMechanism, Dict[str, List[torch.Tensor]]], dec_inp: torch.Tensor
+                           ) -> Tuple[torch.Tensor, slice, Dict[MemoryMechanism, Tuple[slice, slice]]]:
+        """The first layer's input after dropout: the word embeddings with the rows every mechanism places before and
+        after them, in the registry's order; the slice of its rows that are the segment's tokens, and each placing
+        mechanism's slices (before, after)."""
+        embedded = self.word_emb(dec_inp)
+        bsz, before, after, rows = embedded.shape[1], [], [], {}
+        for mechanism, state in states.items():
+            ahead, behind = mechanism.placed_rows(state, bsz, embedded)
+            rows[mechanism] = (0 if ahead is None else ahead.shape[0], 0 if behind is None else behind.shape[0])
+            before += [] if ahead is None else [ahead]
+            after += [] if behind is None else [behind]
+        if not before and not after:
+            return self.drop(embedded), slice(0, embedded.shape[0]), {}
+        start = sum(r.shape[0] for r in before)
+        tokens = slice(start, start + embedded.shape[0])
+        placed, ahead_at, behind_at = {}, 0, tokens.stop
+        for mechanism, (ahead, behind) in rows.items():
+            if ahead or behind:
+                placed[mechanism] = (slice(ahead_at, ahead_at + ahead), slice(behind_at, behind_at + behind))
+            ahead_at, behind_at = ahead_at + ahead, behind_at + behind
+        return self.drop(torch.cat(before + [embedded] + after)), tokens, placed
 
     def _attended(self, states: Dict[MemoryMechanism, Dict[str, List[torch.Tensor]]],
                   mems: Optional[List[torch.Tensor]]) -> Optional[List[torch.Tensor]]:
@@ -652,7 +693,8 @@ class MemTransformerLM(nn.Module):
         return max(0, end_idx - self.mem_len), end_idx
 
     def forward(self, data: torch.Tensor, target: torch.Tensor, *mems: torch.Tensor,
-                return_aux_losses: bool = False, return_reconstruction_loss: bool = False) -> List[Any]:
+                return_aux_losses: bool = False, return_reconstruction_loss: bool = False,
+                carry_gradient: bool = False) -> List[Any]:
         """
         The original's calling convention: `[loss, *new_mems]`, loss `[tgt_len, bsz]` in position order
         (`new_mems` empty when no mechanism keeps a state; the compressed memories after the memories where
@@ -667,12 +709,17 @@ class MemTransformerLM(nn.Module):
         *new_mems]`: the compressed memory's `'reconstruction'`, the attention-reconstruction loss (a scalar,
         `memories/compressed.py`) of the memories this segment compresses, zero where it compresses none, whose
         gradient reaches the compression functions only.
+
+        With `carry_gradient`, the states of mechanisms trained through the recurrence (the Recurrent Memory
+        Transformer's memory tokens) keep their graph, so that a loss of a later segment back-propagates into this one
+        (training's window of `gradient_segments()` segments); otherwise every state is detached.
         """
         device = self.word_emb.emb_layers[0].weight.device
         require_token_tensor('data', data, device)
         require_token_tensor('target', target, device)
         require_bool('return_aux_losses', return_aux_losses)
         require_bool('return_reconstruction_loss', return_reconstruction_loss)
+        require_bool('carry_gradient', carry_gradient)
         if return_reconstruction_loss and self.compressed_memory is None:
             raise ValueError("return_reconstruction_loss=True is not accepted with cmem_len=0: the loss trains the "
                              "compression of a compressed memory, and this model has none (set cmem_len > 0)")
@@ -689,8 +736,8 @@ class MemTransformerLM(nn.Module):
                              f"{list(data.shape)}: expected [tgt_len, {data.shape[1]}] with "
                              f"1 <= tgt_len <= {data.shape[0]} (the last tgt_len inputs are scored).{hint}")
         tgt_len = target.shape[0]
-        hidden, new_mems, aux_losses = self._forward(plan, data, mems,
-                                                     return_aux_losses or return_reconstruction_loss)
+        hidden, new_mems, aux_losses = self._forward(plan, data, mems, return_aux_losses or return_reconstruction_loss,
+                                                     carry_gradient)
         pred_hid = hidden[-tgt_len:]
         if self.sample_softmax > 0 and self.training:
             logit = sample_logits(self.out_layer.weight, self.out_layer.bias, target, pred_hid, self.sampler)

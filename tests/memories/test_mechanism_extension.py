@@ -111,19 +111,19 @@ import train_xl
 OVERRIDES = {'n_layer': 2, 'd_model': 32, 'n_head': 2, 'd_head': 16, 'd_inner': 64, 'dropout': 0.1, 'tgt_len': 8,
              'mem_len': 8, 'summary_len': 3, 'batch_size': 4, 'max_step': 12, 'eval_interval': 6,
              'max_eval_steps': 2, 'checkpoint_interval': 4, 'warmup_step': 2}
-train_step = Trainer.train_step
-def stopped_train_step(self, data, target):
+train_window = Trainer.train_window
+def stopped_train_window(self, segments):
     if self.step + 1 == 7:
         os.kill(os.getpid(), signal.SIGINT)
-    return train_step(self, data, target)
-Trainer.train_step = stopped_train_step
+    return train_window(self, segments)
+Trainer.train_window = stopped_train_window
 os.environ['RUN_UUID'] = 'summaries'
 try:
     train_xl.train(dict(OVERRIDES), screen=False)
     result['stopped'] = False
 except TrainingInterrupted:
     result['stopped'] = True
-Trainer.train_step = train_step
+Trainer.train_window = train_window
 resumed = train_xl.train({}, resume='summaries', screen=False)
 os.environ['RUN_UUID'] = 'uninterrupted'
 uninterrupted = train_xl.train(dict(OVERRIDES), screen=False)
@@ -152,7 +152,7 @@ def test_the_docs_mechanism_trains_resumes_and_generates(tmp_path):
                           cwd=tmp_path, env={**os.environ, 'PYTHONPATH': ':'.join(path)})
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result['registered'] == ['transformer_xl', 'compressed', 'segment_summaries']
+    assert result['registered'] == [*registry.MEMORIES, 'segment_summaries']
     assert result['doc'].startswith('Segment summaries') and result['default'] == 0
     assert result['joined'] == ['relative', 'learnable', 'rotary', 'absolute']
     assert result['summary_rows'] == [[2, 2]] * 4

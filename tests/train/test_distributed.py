@@ -105,12 +105,12 @@ def test_a_signal_to_one_rank_stops_every_rank_at_the_same_step(tmp_path):
         lab.configure({{'path': {str(tmp_path / 'lab')!r}}})
         from labml_txl.train.interruption import TrainingInterrupted
         from labml_txl.train.trainer import Trainer
-        train_step = Trainer.train_step
-        def signalled_train_step(self, data, target):
+        train_window = Trainer.train_window
+        def signalled_train_window(self, segments):
             if self.step + 1 == 4 and self.distributed.rank == 1:
                 os.kill(os.getpid(), signal.SIGTERM)
-            return train_step(self, data, target)
-        Trainer.train_step = signalled_train_step
+            return train_window(self, segments)
+        Trainer.train_window = signalled_train_window
         import train_xl
         rank = os.environ['RANK']
         try:

@@ -25,13 +25,13 @@ def steps(tmp_path, monkeypatch):
     """The training steps taken, in a working directory of this test's own."""
     monkeypatch.chdir(tmp_path)
     taken = []
-    train_step = Trainer.train_step
+    train_window = Trainer.train_window
 
-    def counted(self, data, target):
+    def counted(self, segments):
         taken.append(self.step)
-        return train_step(self, data, target)
+        return train_window(self, segments)
 
-    monkeypatch.setattr(Trainer, 'train_step', counted)
+    monkeypatch.setattr(Trainer, 'train_window', counted)
     return taken
 
 

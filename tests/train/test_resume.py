@@ -47,12 +47,12 @@ def _stopped_run(lab_path: Path, run_uuid: str, how: signal.Signals,
         from labml import lab
         lab.configure({{'path': {str(lab_path)!r}}})
         from labml_txl.train.trainer import Trainer
-        train_step = Trainer.train_step
-        def signalled_train_step(self, data, target):
+        train_window = Trainer.train_window
+        def signalled_train_window(self, segments):
             if self.step + 1 == {KILL_AT_STEP}:
                 os.kill(os.getpid(), {int(how)})
-            return train_step(self, data, target)
-        Trainer.train_step = signalled_train_step
+            return train_window(self, segments)
+        Trainer.train_window = signalled_train_window
         import train_xl
         sys.exit(train_xl.main({argv!r}))
     ''')

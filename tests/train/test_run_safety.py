@@ -98,11 +98,11 @@ def _slow_training(lab_path: Path, run_uuid: str, resume: bool = False) -> subpr
         from labml import lab
         lab.configure({{'path': {str(lab_path)!r}}})
         from labml_txl.train.trainer import Trainer
-        train_step = Trainer.train_step
-        def slow_train_step(self, data, target):
+        train_window = Trainer.train_window
+        def slow_train_window(self, segments):
             time.sleep(0.2)
-            return train_step(self, data, target)
-        Trainer.train_step = slow_train_step
+            return train_window(self, segments)
+        Trainer.train_window = slow_train_window
         import train_xl
         train_xl.train({dict(SMALL, max_step=1000)!r}, resume={run_uuid if resume else None!r}, screen=False)
     ''')
