@@ -1,22 +1,26 @@
 r"""
-Memory mechanisms side by side: no memory, Transformer-XL's memory and the Compressive Transformer's compressed
-memory, each trained on Tiny Shakespeare at an equal budget (the same model, steps, batches and learning-rate
-schedule) and with an equal number of remembered positions per layer, then evaluated on the validation split at the
-training length and at 4x and 8x it.
+Memory mechanisms side by side: no memory, Transformer-XL's memory, the Compressive Transformer's compressed memory
+and the Recurrent Memory Transformer's memory tokens (alone and with Transformer-XL's memory), each trained on Tiny
+Shakespeare at an equal budget (the same model, training tokens, batches and learning-rate schedule) and with an
+equal number of remembered states a query attends to beyond its segment, then evaluated on the validation split at
+the training length and at 4x and 8x it.
 
-    python experiments/memory_schemes.py [max_step=2000] [memories=none,xl,compressive] [remembered=64]
-        [compression_rate=4] [compression=conv] [lengths=1,4,8] [out=logs/memory_schemes] [port=5005]
-        [dashboard=True] [key=value ...]
+    python experiments/memory_schemes.py [max_step=2000] [memories=none,xl,compressive,rmt,rmt_xl] [remembered=64]
+        [compression_rate=4] [compression=conv] [bptt_segments=2] [lengths=1,4,8] [out=logs/memory_schemes]
+        [port=5005] [dashboard=True] [key=value ...]
 
 * `memories`: `none` (`mem_len = 0`: a token sees only the tokens before it in its own segment), `xl` (a memory
   of `remembered` hidden states per layer) and `compressive` (a memory of `remembered / 2` and a compressed memory of
   `remembered / 2`, each compressed row made of `compression_rate` memories by `compression`: the same number of
   keys per query as `xl`, reaching `remembered / 2 * (1 + compression_rate)` positions back, the paper's comparison
-  at an equal attention cost).
+  at an equal attention cost), `rmt` (`remembered` memory tokens, no Transformer-XL memory: each token attends to
+  the `remembered` read tokens and the tokens before it) and `rmt_xl` (a memory of `remembered / 2` and `remembered /
+  2` memory tokens, the paper's "RMT + XL"). The memory tokens are trained through `bptt_segments` segments per step,
+  so their runs take `max_step / bptt_segments` steps (and warm-up) of that many segments: the same training tokens.
 * `lengths`: evaluation lengths as multiples of `tgt_len`. At length $E = k \cdot$ `tgt_len` the text is read in
   segments of $E$ tokens, and every memory is $k$ times as long as in training (`xl`'s `k * remembered`;
   `compressive`'s memory and compressed memory each `k * remembered / 2`), so the ratio of memory to segment is the
-  training one.
+  training one; the number of memory tokens stays the one trained.
 * Other `key=value` pairs are settings of `train_xl.py` for every run (listed below), e.g. `attention=rotary`.
 
 The training is a sweep (`labml_txl.sweep`) of `train_xl.py` over the memories: every run is a labml run of the
@@ -53,12 +57,15 @@ MEMORIES = {
     'none': 'no memory',
     'xl': "Transformer-XL's memory",
     'compressive': 'compressed memory',
+    'rmt': 'memory tokens (RMT)',
+    'rmt_xl': "memory tokens and Transformer-XL's memory (RMT + XL)",
 }
 
 # The experiment's own settings: type, default, what it is
 EXPERIMENT = {'memories': ('list', list(MEMORIES), f"memory mechanisms, separated by commas: {', '.join(MEMORIES)}"),
               'remembered': ('int', 64, 'hidden states each layer keeps per sequence (xl: all memory; compressive: '
                                         'half memory, half compressed)'),
+              'bptt_segments': ('int', 2, 'segments the memory tokens are trained through per step (rmt, rmt_xl)'),
               'lengths': ('list', [1, 4, 8], 'evaluation lengths as multiples of tgt_len'),
               'out': ('str', 'logs/memory_schemes', 'where the table, numbers and plot are written'),
               'port': ('int', DEFAULT_PORT, "the dashboard's port"),
@@ -72,29 +79,49 @@ def check_settings(settings: Dict[str, Any], overrides: Dict[str, Any]) -> Dict[
     memories = choices_setting('memories', settings['memories'], MEMORIES)
     remembered = settings['remembered']
     require_positive_int('remembered', remembered)
+    require_positive_int('bptt_segments', settings['bptt_segments'])
     rate = overrides.get('compression_rate', default_of(TrainXLConfigs(), 'compression_rate'))
     if 'compressive' in memories and (remembered % 2 or remembered // 2 < rate):
         raise ValueError(f"remembered={remembered} is not accepted with compression_rate={rate}: the compressive "
                          f"run keeps remembered / 2 memories and remembered / 2 compressed ones, so remembered must "
                          f"be even and remembered / 2 at least compression_rate")
+    if 'rmt_xl' in memories and (remembered % 2 or remembered < 2):
+        raise ValueError(f"remembered={remembered} is not accepted with rmt_xl: it keeps remembered / 2 memories and "
+                         f"remembered / 2 memory tokens, so remembered must be even")
     return {**settings, 'memories': memories, 'lengths': check_length_settings(settings)}
 
 def memory_lengths(memory: str, remembered: int) -> Dict[str, int]:
-    """`mem_len` and `cmem_len` of a memory mechanism keeping `remembered` hidden states per layer."""
-    return {'none': {'mem_len': 0, 'cmem_len': 0},
-            'xl': {'mem_len': remembered, 'cmem_len': 0},
-            'compressive': {'mem_len': remembered // 2, 'cmem_len': remembered // 2}}[memory]
+    """`mem_len`, `cmem_len` and `n_mem_tokens` of a memory mechanism keeping `remembered` states a query attends to
+    beyond its segment."""
+    half = remembered // 2
+    return {'none': {'mem_len': 0, 'cmem_len': 0, 'n_mem_tokens': 0},
+            'xl': {'mem_len': remembered, 'cmem_len': 0, 'n_mem_tokens': 0},
+            'compressive': {'mem_len': half, 'cmem_len': half, 'n_mem_tokens': 0},
+            'rmt': {'mem_len': 0, 'cmem_len': 0, 'n_mem_tokens': remembered},
+            'rmt_xl': {'mem_len': half, 'cmem_len': 0, 'n_mem_tokens': half}}[memory]
 
 
 def sweep_points(settings: Dict[str, Any], overrides: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """One `train_xl.py` run per memory: the model, the overrides, one evaluation at the end."""
+    """One `train_xl.py` run per memory: the model, the overrides, one evaluation at the end; the memory tokens' runs
+    with `bptt_segments` segments a step, and as many times fewer steps."""
     config = {**MODEL, **overrides}
     config.setdefault('eval_interval', config['max_step'])
-    return [{**config, **memory_lengths(memory, settings['remembered'])} for memory in settings['memories']]
+    points = []
+    for memory in settings['memories']:
+        point = {**config, **memory_lengths(memory, settings['remembered'])}
+        if point['n_mem_tokens'] > 0:
+            bptt = settings['bptt_segments']
+            point.update(bptt_segments=bptt, **{key: max(1, point[key] // bptt)
+                                                for key in ('max_step', 'eval_interval', 'warmup_step',
+                                                            'checkpoint_interval') if key in point})
+        points.append(point)
+    return points
 
 
 def memory_of(conf: TrainXLConfigs) -> str:
     """The memory mechanism of a trained run's configs."""
+    if conf.n_mem_tokens > 0:
+        return 'rmt_xl' if conf.mem_len > 0 else 'rmt'
     return 'compressive' if conf.cmem_len > 0 else 'xl' if conf.mem_len > 0 else 'none'
 
 
@@ -109,7 +136,8 @@ def evaluate_at_lengths(record: RunRecord, lengths: List[int]) -> Dict[str, Any]
                                   cmem_len=k * conf.cmem_len if conf.cmem_len else None)
         bpc[k] = result['loss'] / math.log(2)
     return {'memory': memory_of(conf), 'mem_len': conf.mem_len, 'cmem_len': conf.cmem_len,
-            'compression_rate': conf.compression_rate, 'compression': conf.compression, 'bpc': bpc,
+            'compression_rate': conf.compression_rate, 'compression': conf.compression,
+            'n_mem_tokens': conf.n_mem_tokens, 'bptt_segments': conf.bptt_segments, 'bpc': bpc,
             'run': record.uuid, 'steps': step, 'tgt_len': conf.tgt_len,
             'minutes': (record.updated - record.started) / 60}
 
@@ -120,6 +148,9 @@ def describe(result: Dict[str, Any]) -> str:
         return 'none'
     if result['memory'] == 'xl':
         return f"{result['mem_len']}"
+    if result['memory'] in ('rmt', 'rmt_xl'):
+        tokens = f"{result['n_mem_tokens']} memory tokens (BPTT over {result['bptt_segments']} segments)"
+        return tokens if result['memory'] == 'rmt' else f"{result['mem_len']} + {tokens}"
     reach = result['mem_len'] + result['compression_rate'] * result['cmem_len']
     return (f"{result['mem_len']} + {result['cmem_len']} compressed ({result['compression']}, rate "
             f"{result['compression_rate']}; reaching {reach})")
@@ -140,7 +171,7 @@ def plot(results: List[Dict[str, Any]], lengths: List[int], path: Path) -> None:
 def compare(args: List[str]) -> List[Dict[str, Any]]:
     overrides = parse_overrides(args, SETTINGS)
     settings = check_settings({k: overrides.pop(k) for k in list(overrides) if k in EXPERIMENT}, overrides)
-    chosen = sorted({'mem_len', 'cmem_len'} & set(overrides))
+    chosen = sorted({'mem_len', 'cmem_len', 'n_mem_tokens'} & set(overrides))
     if chosen:
         raise ValueError(f"{' and '.join(chosen)} are set by the experiment per run: choose them with memories= and "
                          f"remembered=")

@@ -27,7 +27,7 @@ Transformer-XL's memory of `mem_len + cmem_len`.
 The attention-reconstruction loss (`compression.attention_reconstruction_loss`) trains each $f_c$ on the rows it
 compressed, with the layer's segment input as the queries; it is summed over the layers, as labml_nn sums it.
 """
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional
 
 import torch
 from torch import nn
@@ -106,7 +106,7 @@ class CompressedMemory(MemoryMechanism):
         return 'compressed memories'
 
     def joined_rows(self, state: State, layer: int) -> Optional[torch.Tensor]:
-        # $[\mathop{SG}(cm^{n-1}_\tau) \circ \mathop{SG}(m^{n-1}_\tau) \circ h^{n-1}_{\tau+1}]$: joined before the memory
+        # $[\mathop{SG}(cm^{n-1}_\tau) \circ \mathop{SG}(m^{n-1}_\tau) \circ h^{n-1}_{\tau+1}]$: before the memory
         return state['cmem'][layer]
 
     def joined_length(self) -> int:

@@ -113,6 +113,11 @@ class Trainer:
         self.forward_module = self.model
         if distributed is not None:
             check_divisible(conf.batch_size, distributed.world_size, conf.batch_chunk)
+            if self.model.gradient_segments() > 1:
+                raise ValueError(f"bptt_segments={self.model.gradient_segments()} is not accepted under torchrun: a "
+                                 f"step of several segments runs several forward passes before one backward, which "
+                                 f"this trainer has not proven under DistributedDataParallel; train in one process, "
+                                 f"or with bptt_segments=1")
             self.forward_module = torch.nn.parallel.DistributedDataParallel(self.model)
         self.optimizer = conf.optimizer
         self.scheduler = conf.scheduler

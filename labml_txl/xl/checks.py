@@ -74,3 +74,14 @@ def check_lengths(tgt_len, ext_len, mem_len, *, allow_none_tgt: bool = False) ->
         require_positive_int('tgt_len', tgt_len)
     require_positive_int('ext_len', ext_len, allow_zero=True)
     require_positive_int('mem_len', mem_len, allow_zero=True)
+
+
+def check_same_length(same_length: bool, mem_len: int) -> None:
+    if same_length and mem_len == 0:
+        raise ValueError("same_length=True is not accepted with mem_len=0: every query attends to exactly "
+                         "mem_len keys, so mem_len must be at least 1 (or same_length False)")
+
+
+def check_clamp_len(clamp_len: int) -> None:
+    if isinstance(clamp_len, bool) or not isinstance(clamp_len, int):
+        raise ValueError(f"clamp_len={clamp_len!r} is not accepted: an integer (<= 0 for no clipping)")

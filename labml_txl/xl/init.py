@@ -10,6 +10,7 @@ What the authors' `train.py` does to a new model (its defaults: `init='normal'`,
 | projections `emb_projs`, `out_projs` | $\mathcal{N}(0, \sigma_p^2)$ with $\sigma_p$ = `proj_init_std` |
 | `LayerNorm` (and `RMSNorm`) weights | $\mathcal{N}(1, \sigma^2)$ with $\sigma$ = `init_std` (for either `init`) |
 | biases of `Linear` and `LayerNorm`, `cluster_bias`, `r_bias` | $0$ |
+| a memory mechanism's own (the Recurrent Memory Transformer's `memory_tokens.initial`) | what its `init_parameters` draws (new; the original has none) |
 
 `MemTransformerLM` calls it from its constructor, so a new model starts as the original's did.
 """

@@ -29,40 +29,32 @@ where the original keeps the whole segment. The rule is kept so that its numbers
 
 Memories never exceed `mem_len`, are detached (no autograd graph) and are only read: no later segment changes
 a returned tensor in place. In no-grad evaluation, those that keep rows of the memory before are views of append
-buffers (`append_buffer.py`) that later segments write after, never into. For the absolute attention types 2 and 3
-they hold the layer inputs **without** position embeddings; the embeddings of the positions a memory takes in the
-current window are added to a new tensor at every use. (The original added them in place into the cached tensors,
-counting them again at every segment; its reference files for 2 and 3 use no memory.)
+buffers (`append_buffer.py`) that later segments write after, never into. With `same_length`, every query attends
+to the same number (`mem_len`) of keys, as the paper's evaluation does.
 
 ## Positions by attention type
 
-* `0`: the paper's relative attention, sinusoidal $R$ of distances `klen - 1 .. 0` (clipped at `clamp_len`),
-  biases $u$ = `r_w_bias`, $v$ = `r_r_bias` shared by all layers (per layer with `untie_r=True`).
-* `1`: learned relative embeddings `r_emb` `[n_layer, max_klen, n_head, d_head]`, biases `r_bias`
-  `[n_layer, max_klen, n_head]` and `r_w_bias` `[n_layer, n_head, d_head]`; `max_klen = tgt_len + ext_len + mem_len`.
-* `2`: absolute sinusoidal embeddings of the window position counted back from its last token
-  (`klen - 1 .. 0`), added to the input of the first layer.
-* `3`: learned absolute embeddings `r_emb` `[n_layer, max_klen, n_head, d_head]` (needs
-  `n_head * d_head == d_model`), added to the input of every layer.
-
-With `same_length`, every query attends to the same number (`mem_len`) of keys, as the paper's evaluation does.
+The original's types 0 to 3 take their position tables from the model (`model_positions.py`: sinusoids of the
+distances for 0, learned relative tables for 1, absolute embeddings added to the layer inputs for 2 and 3); every
+other scheme keeps its positions in its attention (`positions/`).
 
 ## Memory mechanisms
 
 Transformer-XL's memory is the first of the memory mechanisms (`labml_txl/memories/`, `docs/memories.md`); every
-registered one is built when its size setting is above 0 (the compressed memory with `cmem_len > 0`, ...), and
-the recurrence carries them through the same segment step. What a mechanism joins before the memory each layer
-attends over as one longer memory, `[compressed memory, memory, segment]`, to every attention type; its state follows
-the memories in the list a segment takes and returns (`memories/state.py`).
+registered one is built when its size setting is above 0 (the compressed memory with `cmem_len > 0`, the Recurrent
+Memory Transformer's memory tokens with `n_mem_tokens > 0`, ...), and the recurrence carries them through the same
+segment step. What a mechanism joins before the memory each layer attends over as one longer memory,
+`[compressed memory, memory, segment]`, and what it places around the segment (memory tokens) the layers compute with
+it, under every attention type; its state follows the memories in the list a segment takes and returns
+(`memories/state.py`).
 """
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from ..attention.masks import decoder_window_mask
-from ..errors import require_bool, require_positive_int, require_probability
+from ..errors import require_bool
 from ..fast import dispatch
 from ..fast.dispatch import Plan, check_impl
 from ..fast.dropout import Dropout
@@ -70,28 +62,19 @@ from ..memories import registry as memory_registry
 from ..memories.mechanism import MemoryMechanism, ModelSizes, Segment
 from ..memories.state import StateLayout
 from ..positions import registry
-from ..positions.encoding import relative_distances
-from ..positions.learned_relative import last_rows
-from ..positions.rotary import rotary_features
 from ..positions.scheme import SchemeSettings
-from ..positions.t5_bias import check_t5_buckets
-from ..transformer.norms import check_norm
 from . import fused_step
 from .adaptive_embedding import AdaptiveEmbedding
-from .adaptive_softmax import ProjectedAdaptiveLogSoftmax
 from .attention import KeysValues
-from .checks import check_cutoffs, check_lengths, check_tokens
+from .arguments import check_model_arguments
+from .checks import check_clamp_len, check_lengths, check_same_length, check_tokens
 from .formats import hf as hf_format
-from .init import check_init, init_weights
+from .init import init_weights
 from .layers import DecoderLayer
-from .log_uniform_sampler import LogUniformSampler, sample_logits
+from .output_head import OutputHead
 from .memory import ModelMemory, held_rows
-from .positional_embedding import PositionalEmbedding
+from .model_positions import model_positions
 
-# The original's types, which `original_numerics` copies
-ORIGINAL_TYPES = (0, 1, 2, 3)
-# The types whose learned tables are sized by `tgt_len + ext_len + mem_len`, so `tgt_len` must be given
-LEARNED_TABLE_TYPES = (1, 3)
 
 
 def require_token_tensor(name: str, value, device: torch.device) -> None:
@@ -198,117 +181,43 @@ class MemTransformerLM(nn.Module):
                  rotary_fraction: float = 1.0, t5_num_buckets: int = 32, t5_max_distance: int = 128,
                  impl: str = 'auto', **memory_settings: Any):
         super().__init__()
-        for name, value in (('n_token', n_token), ('n_layer', n_layer), ('n_head', n_head),
-                            ('d_model', d_model), ('d_head', d_head), ('d_inner', d_inner)):
-            require_positive_int(name, value)
-        require_probability('dropout', dropout, allow_one=False)
-        require_probability('dropatt', dropatt, allow_one=False)
-        for name, value in (('tie_weight', tie_weight), ('pre_lnorm', pre_lnorm), ('adapt_inp', adapt_inp),
-                            ('same_length', same_length), ('untie_r', untie_r),
-                            ('original_numerics', original_numerics)):
-            require_bool(name, value)
-        # The scheme's name, and its integer where it has one (a checkpoint's and Hugging Face's `attn_type`)
-        scheme = registry.scheme_name(attn_type)
-        attn_type = registry.ATTN_TYPES.get(scheme, scheme)
-        if attn_type in (0, 2) and d_model % 2 != 0:
-            raise ValueError(f"d_model={d_model} is not accepted with attn_type={attn_type}: its sinusoidal "
-                             f"position embeddings pair a sine and a cosine per frequency, so d_model must be even")
-        if attn_type == 3 and n_head * d_head != d_model:
-            raise ValueError(f"n_head * d_head = {n_head} * {d_head} = {n_head * d_head} is not accepted with "
-                             f"attn_type=3: its learned embeddings [n_head, d_head] are added to the "
-                             f"[.., d_model={d_model}] inputs, so n_head * d_head must equal d_model")
-        d_embed = d_model if d_embed is None else d_embed
-        require_positive_int('d_embed', d_embed)
-        require_positive_int('div_val', div_val)
-        cutoffs = check_cutoffs(cutoffs, n_token)
-        tie_projs = list(tie_projs) if tie_projs is not None else [False]
-        for i, tied in enumerate(tie_projs):
-            require_bool(f'tie_projs[{i}]', tied)
-        if len(tie_projs) != len(cutoffs) + 1 and tie_projs != [False]:
-            raise ValueError(f"tie_projs={tie_projs!r} is not accepted: expected one boolean per cluster, "
-                             f"len(cutoffs) + 1 = {len(cutoffs) + 1} of them for cutoffs={cutoffs} "
-                             f"(or the default [False], tying none)")
-        ext_len = 0 if ext_len is None else ext_len
-        mem_len = 0 if mem_len is None else mem_len
-        check_lengths(tgt_len, ext_len, mem_len, allow_none_tgt=attn_type not in LEARNED_TABLE_TYPES)
-        self._check_same_length(same_length, mem_len)
-        self._check_clamp_len(clamp_len)
-        if isinstance(sample_softmax, bool) or not isinstance(sample_softmax, int):
-            raise ValueError(f"sample_softmax={sample_softmax!r} is not accepted: an integer (<= 0 for none)")
-        if sample_softmax > 0 and tie_weight and (div_val != 1 or d_embed != d_model):
-            raise ValueError(f"sample_softmax={sample_softmax} with tie_weight=True is not accepted with "
-                             f"div_val={div_val}, d_embed={d_embed}, d_model={d_model}: the output layer "
-                             f"[n_token, d_model] shares the single embedding table, which needs div_val=1 "
-                             f"and d_embed=d_model")
-        if original_numerics and attn_type not in ORIGINAL_TYPES:
-            raise ValueError(f"original_numerics=True is not accepted with attn_type={attn_type!r}: the original "
-                             f"has attention types 0 to 3 only, so there are no numerics of its own to copy")
-        if untie_r and attn_type != 0:
-            raise ValueError(f"untie_r=True is not accepted with attn_type={attn_type}: it unties the u, v "
-                             f"biases of attn_type 0 (type 1 has per-layer biases already, 2 and 3 have none)")
-        check_init(init, init_range, init_std, proj_init_std)
-        check_norm(norm)
-        memory_settings = memory_registry.with_defaults(memory_settings)
-        for mechanism in memory_registry.MEMORIES.values():
-            mechanism.check_settings(memory_settings, mem_len)
-        # The settings of the schemes, checked whichever type is chosen
-        rotary_features(d_head, rotary_fraction)
-        check_t5_buckets(t5_num_buckets, t5_max_distance, False, names=('t5_num_buckets', 't5_max_distance'))
+        checked = check_model_arguments(
+            n_token=n_token, n_layer=n_layer, n_head=n_head, d_model=d_model, d_head=d_head, d_inner=d_inner,
+            dropout=dropout, dropatt=dropatt, tie_weight=tie_weight, d_embed=d_embed, div_val=div_val,
+            tie_projs=tie_projs, pre_lnorm=pre_lnorm, tgt_len=tgt_len, ext_len=ext_len, mem_len=mem_len,
+            cutoffs=cutoffs, adapt_inp=adapt_inp, same_length=same_length, attn_type=attn_type, clamp_len=clamp_len,
+            sample_softmax=sample_softmax, untie_r=untie_r, init=init, init_range=init_range, init_std=init_std,
+            proj_init_std=proj_init_std, original_numerics=original_numerics, norm=norm,
+            rotary_fraction=rotary_fraction, t5_num_buckets=t5_num_buckets, t5_max_distance=t5_max_distance,
+            memory_settings=memory_settings)
+        scheme, attn_type, d_embed, cutoffs = checked.scheme, checked.attn_type, checked.d_embed, checked.cutoffs
+        tie_projs, ext_len, mem_len, memory_settings = (checked.tie_projs, checked.ext_len, checked.mem_len,
+                                                        checked.memory_settings)
         # What every layer's scheme reads: a causal decoder's, with the layers' own u, v with `untie_r`
         settings = SchemeSettings(bidirectional=False, rotary_fraction=rotary_fraction, t5_num_buckets=t5_num_buckets,
                                   t5_max_distance=t5_max_distance, own_biases=untie_r)
-        self.norm = norm
-        self.original_numerics = original_numerics
-
-        self.n_token = n_token
-        self.d_embed = d_embed
-        self.d_model = d_model
-        self.n_head = n_head
-        self.d_head = d_head
-        self.n_layer = n_layer
-        self.cutoffs = cutoffs
-        self.div_val = div_val
-        self.tie_weight = tie_weight
-        self.adapt_inp = adapt_inp
-        self.untie_r = untie_r
+        self.n_token, self.d_embed, self.d_model, self.n_head, self.d_head = n_token, d_embed, d_model, n_head, d_head
+        self.n_layer, self.cutoffs, self.div_val, self.tie_weight = n_layer, cutoffs, div_val, tie_weight
+        self.adapt_inp, self.untie_r, self.norm, self.original_numerics = adapt_inp, untie_r, norm, original_numerics
+        self.tgt_len, self.mem_len, self.ext_len, self.attn_type = tgt_len, mem_len, ext_len, attn_type
+        self.same_length, self.clamp_len, self.sample_softmax = same_length, clamp_len, sample_softmax
 
         self.word_emb = AdaptiveEmbedding(n_token, d_embed, d_model, cutoffs, div_val=div_val)
         self.drop = Dropout(dropout)
 
-        self.tgt_len = tgt_len
-        self.mem_len = mem_len
-        self.ext_len = ext_len
-        self.attn_type = attn_type
-        self.layers = nn.ModuleList()
-        for _ in range(n_layer):
-            self.layers.append(DecoderLayer(n_head, d_model, d_head, d_inner, dropout, dropatt=dropatt,
-                                            pre_lnorm=pre_lnorm, positions=registry.build(scheme, settings),
-                                            original_numerics=original_numerics, norm=norm))
-
-        self.sample_softmax = sample_softmax
-        if sample_softmax > 0:
-            # Full-vocabulary output layer, trained through the sampled softmax
-            self.out_layer = nn.Linear(d_model, n_token)
-            if tie_weight:
-                self.out_layer.weight = self.word_emb.emb_layers[0].weight
-            self.sampler = LogUniformSampler(n_token, sample_softmax)
-        else:
-            self.crit = ProjectedAdaptiveLogSoftmax(n_token, d_embed, d_model, cutoffs, div_val=div_val)
-            if tie_weight:
-                for i in range(len(self.crit.out_layers)):
-                    self.crit.out_layers[i].weight = self.word_emb.emb_layers[i].weight
-            for i, tie_proj in enumerate(tie_projs):
-                if tie_proj and div_val == 1 and d_model != d_embed:
-                    self.crit.out_projs[i] = self.word_emb.emb_projs[0]
-                elif tie_proj and div_val != 1:
-                    self.crit.out_projs[i] = self.word_emb.emb_projs[i]
-
-        self.same_length = same_length
-        self.clamp_len = clamp_len
+        self.layers = nn.ModuleList(DecoderLayer(n_head, d_model, d_head, d_inner, dropout, dropatt=dropatt,
+                                                 pre_lnorm=pre_lnorm, positions=registry.build(scheme, settings),
+                                                 original_numerics=original_numerics, norm=norm)
+                                    for _ in range(n_layer))
+        # The adaptive softmax `crit`, or the sampled softmax's `out_layer` (`output_head.py`)
+        self._head = OutputHead(self, n_token, d_embed, d_model, cutoffs, div_val, tie_weight, tie_projs,
+                                sample_softmax)
         self._build_memories(memory_settings)
         # Length of the learned tables of attention types 1 and 3
-        self.max_klen = (tgt_len or 0) + ext_len + mem_len + self._joined_length()
-        self._create_params()
+        self.max_klen = (tgt_len or 0) + ext_len + mem_len + self._added_rows()
+        # The position tables of the original's types, on the model (`model_positions.py`)
+        self._model_positions = model_positions(attn_type)
+        self._model_positions.add_parameters(self)
         init_weights(self, init=init, init_range=init_range, init_std=init_std, proj_init_std=proj_init_std)
         # What evaluation keeps between calls: positions and masks, the memories' keys and values and buffers,
         # what the decoder-layer kernel reads of each layer (`memory.py`)
@@ -344,8 +253,9 @@ class MemTransformerLM(nn.Module):
         """The mechanisms the recurrence carries now, in the registry's order."""
         return [mechanism for mechanism in self._mechanisms if mechanism.is_on(self.mem_len)]
 
-    def _joined_length(self) -> int:
-        """The most rows the mechanisms join before Transformer-XL's memory, and place around a segment."""
+    def _added_rows(self) -> int:
+        """The most rows the mechanisms add to a layer's keys beyond the segment's tokens and Transformer-XL's memory:
+        those they join before the memory and those they place around the segment."""
         return sum(mechanism.joined_length() + mechanism.placed_length() for mechanism in self.memories_on())
 
     def places_rows(self) -> bool:
@@ -377,33 +287,6 @@ class MemTransformerLM(nn.Module):
         """Forget the cached positions and masks, the kept keys and values and the memories' buffers."""
         self._memory.clear()
 
-    def _create_params(self):
-        if self.attn_type == 0:
-            self.pos_emb = PositionalEmbedding(self.d_model)
-            if not self.untie_r:
-                # $u$ and $v$, shared by all layers
-                self.r_w_bias = nn.Parameter(torch.empty(self.n_head, self.d_head))
-                self.r_r_bias = nn.Parameter(torch.empty(self.n_head, self.d_head))
-        elif self.attn_type == 1:
-            self.r_emb = nn.Parameter(torch.empty(self.n_layer, self.max_klen, self.n_head, self.d_head))
-            self.r_w_bias = nn.Parameter(torch.empty(self.n_layer, self.n_head, self.d_head))
-            self.r_bias = nn.Parameter(torch.empty(self.n_layer, self.max_klen, self.n_head))
-        elif self.attn_type == 2:
-            self.pos_emb = PositionalEmbedding(self.d_model)
-        elif self.attn_type == 3:
-            self.r_emb = nn.Parameter(torch.empty(self.n_layer, self.max_klen, self.n_head, self.d_head))
-
-    @staticmethod
-    def _check_same_length(same_length: bool, mem_len: int) -> None:
-        if same_length and mem_len == 0:
-            raise ValueError("same_length=True is not accepted with mem_len=0: every query attends to exactly "
-                             "mem_len keys, so mem_len must be at least 1 (or same_length False)")
-
-    @staticmethod
-    def _check_clamp_len(clamp_len: int) -> None:
-        if isinstance(clamp_len, bool) or not isinstance(clamp_len, int):
-            raise ValueError(f"clamp_len={clamp_len!r} is not accepted: an integer (<= 0 for no clipping)")
-
     def reset_length(self, tgt_len: int, ext_len: int, mem_len: int, *, same_length: Optional[bool] = None,
                      clamp_len: Optional[int] = None, **memory_sizes: Any) -> None:
         """
@@ -416,10 +299,10 @@ class MemTransformerLM(nn.Module):
         same_length = self.same_length if same_length is None else same_length
         clamp_len = self.clamp_len if clamp_len is None else clamp_len
         memory_sizes = {name: value for name, value in memory_sizes.items() if value is not None}
-        check_lengths(tgt_len, ext_len, mem_len, allow_none_tgt=self.attn_type not in LEARNED_TABLE_TYPES)
+        check_lengths(tgt_len, ext_len, mem_len, allow_none_tgt=not self._model_positions.sized_by_lengths)
         require_bool('same_length', same_length)
-        self._check_same_length(same_length, mem_len)
-        self._check_clamp_len(clamp_len)
+        check_same_length(same_length, mem_len)
+        check_clamp_len(clamp_len)
         resets = self._memory_resets(memory_sizes)
         for mechanism in self._mechanisms:
             mechanism.check_reset(resets.get(mechanism, {}), mem_len)
@@ -520,26 +403,8 @@ class MemTransformerLM(nn.Module):
 
     def _attention_window(self, klen: int) -> int:
         """How many keys up to its own position a query sees, of `klen`: all, or `mem_len` with `same_length` (and the
-        rows the mechanisms join before the memory, e.g. `cmem_len` more with a compressed memory)."""
-        return min(self.mem_len + self._joined_length(), klen) if self.same_length else klen
-
-    def _positions(self, klen: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        """Sinusoidal embeddings of `klen - 1 .. 0` (clipped at `clamp_len`), `[klen, 1, d_model]`."""
-        # Positions are exact integers only in float32 or float64
-        pos_dtype = torch.float64 if dtype == torch.float64 else torch.float32
-        pos_seq = relative_distances(klen, klen, bidirectional=False, clamp_len=self.clamp_len,
-                                     dtype=pos_dtype, device=device)
-        return self.pos_emb(pos_seq).to(dtype)
-
-    def _cached_positions(self, plan: Plan, qlen: int, klen: int, dtype: torch.dtype,
-                          device: torch.device) -> torch.Tensor:
-        """`_positions`, the last `klen` rows of one kept table as long as the longest segment over a full memory
-        (one-token steps, one key longer each, read the same table); the key holds the frequencies' version, so a
-        loaded `inv_freq` is seen."""
-        inv_freq = self.pos_emb.inv_freq
-        key = ('pos', self.clamp_len, dtype, device, inv_freq.data_ptr(), inv_freq._version)
-        return self._memory.last_rows(plan, key, klen, self._joined_length() + self.mem_len + max(qlen, self.tgt_len or 0),
-                                      lambda rows: self._positions(rows, dtype, device))
+        rows the mechanisms add, e.g. `cmem_len` more with a compressed memory)."""
+        return min(self.mem_len + self._added_rows(), klen) if self.same_length else klen
 
     def _forward(self, plan: Plan, dec_inp: torch.Tensor, all_mems: Optional[List[torch.Tensor]],
                  losses: bool = False, carry_gradient: bool = False
@@ -565,15 +430,16 @@ class MemTransformerLM(nn.Module):
         klen = alen + qlen
         mask = self._memory.shaped(plan, ('mask', qlen, alen, self.mem_len, self.same_length, core_out.device),
                                    lambda: self._attn_mask(qlen, alen, core_out.device))
-        # The sinusoids of attention types 0 (distances) and 2 (window positions), `[klen, 1, d_model]`
-        pos_emb = None
-        if self.attn_type in (0, 2):
-            pos_emb = self.drop(self._cached_positions(plan, qlen, klen, core_out.dtype, core_out.device))
+        # What the original's types read of positions in every layer (the sinusoids of types 0 and 2,
+        # `[klen, 1, d_model]`)
+        longest = self._added_rows() + self.mem_len + max(qlen, self.tgt_len or 0)
+        pos_emb = self._model_positions.shared(self, plan, klen, longest, core_out)
+        pos_emb = None if pos_emb is None else self.drop(pos_emb)
         # The keys and values of each memory, kept from the segment before where this call keeps them (`kv_memo.py`:
         # without gradients, for the types whose memory is projected as it is, all but 2 and 3; not where a mechanism
         # joins rows before the memory, which it joins anew at every segment)
-        keep_kv = self._memory.keeps_keys_values(plan, exact=self.attn_type not in (2, 3) and self.mem_len > 0
-                                                 and self._joined_length() == 0)
+        keep_kv = self._memory.keeps_keys_values(plan, exact=self._model_positions.projects_memory_as_is
+                                                 and self.mem_len > 0 and self._added_rows() == 0)
         mems_kv = self._memory.kept_keys_values(self.layers, mems if mlen > 0 and keep_kv else None)
         window, parts = self._attention_window(klen), self._memory.layer_parts(self.layers)
         if dispatch.decoder_layers(plan, core_out, klen, window, parts, [alen == 0 or kv is not None
@@ -664,27 +530,9 @@ class MemTransformerLM(nn.Module):
 
     def _layer_inputs(self, i: int, core_out: torch.Tensor, mems_i: Optional[torch.Tensor], mlen: int, klen: int,
                       pos_emb: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Optional[torch.Tensor], tuple]:
-        """What layer `i` takes for its attention type: its input, its memory (with the positions the absolute types
-        add to new tensors: the cache stays position-free) and the position arguments of its attention."""
-        if self.attn_type == 0:
-            # The sinusoids $R$ and the biases $u$, $v$ (the layer's own with `untie_r`)
-            shared = (None, None) if self.untie_r else (self.r_w_bias, self.r_r_bias)
-            return core_out, mems_i, (pos_emb,) + shared
-        if self.attn_type == 1:
-            # The learned table $e$, the bias $u$ and the per-entry bias $b$ of layer `i`
-            r_emb, r_bias = self.r_emb[i], self.r_bias[i]
-            if self.clamp_len > 0:
-                r_emb, r_bias = r_emb[-self.clamp_len:], r_bias[-self.clamp_len:]
-            return core_out, mems_i, (r_emb, self.r_w_bias[i], r_bias)
-        if self.attn_type == 2 and i == 0:
-            # Sinusoidal positions of the window, added to the first layer's input
-            return core_out + pos_emb[mlen:], None if mems_i is None else mems_i + pos_emb[:mlen], ()
-        if self.attn_type == 3:
-            # Learned embeddings of the `klen` window positions, `[klen, 1, d_model]`, added to every layer's input
-            table = last_rows(self.r_emb[i], klen).reshape(klen, 1, self.d_model)
-            return core_out + table[mlen:], None if mems_i is None else mems_i + table[:mlen], ()
-        # The other layers of type 2, and the schemes whose positions are their attention's own: nothing added
-        return core_out, mems_i, ()
+        """What layer `i` takes: its input, its memory (with the positions the absolute types add) and the position
+        arguments of its attention (`model_positions.py`)."""
+        return self._model_positions.layer_inputs(self, i, core_out, mems_i, mlen, klen, pos_emb)
 
     def _mem_bounds(self, qlen: int, mlen: int) -> Tuple[int, int]:
         """`[beg, end)` of `[memory, segment]` that becomes the next memory, by the original's rule (see the
@@ -738,15 +586,7 @@ class MemTransformerLM(nn.Module):
         tgt_len = target.shape[0]
         hidden, new_mems, aux_losses = self._forward(plan, data, mems, return_aux_losses or return_reconstruction_loss,
                                                      carry_gradient)
-        pred_hid = hidden[-tgt_len:]
-        if self.sample_softmax > 0 and self.training:
-            logit = sample_logits(self.out_layer.weight, self.out_layer.bias, target, pred_hid, self.sampler)
-            # $-\log$ of the true class's share among it and the samples
-            loss = -F.log_softmax(logit, -1)[:, :, 0]
-        elif self.sample_softmax > 0:
-            loss = -self.hidden_to_log_probs(pred_hid).gather(2, target[:, :, None]).squeeze(2)
-        else:
-            loss = self.crit(pred_hid.reshape(-1, pred_hid.shape[-1]), target.reshape(-1), plan=plan).view(tgt_len, -1)
+        loss = self._head.loss(hidden[-tgt_len:], target, plan)
         if return_aux_losses:
             return [loss, aux_losses] + new_mems
         if return_reconstruction_loss:
@@ -777,12 +617,7 @@ class MemTransformerLM(nn.Module):
     def hidden_to_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
         """Full-vocabulary log-probabilities `[..., n_token]` of hidden states `[..., d_model]`
         (the adaptive softmax's when `sample_softmax <= 0`, else the full softmax of `out_layer`)."""
-        flat = hidden.reshape(-1, hidden.shape[-1])
-        if self.sample_softmax > 0:
-            log_probs = F.log_softmax(self.out_layer(flat), dim=-1)
-        else:
-            log_probs = self.crit.log_prob(flat, plan=Plan.now(flat.device, self.impl))
-        return log_probs.view(*hidden.shape[:-1], self.n_token)
+        return self._head.log_probs(hidden, Plan.now(hidden.device, self.impl))
 
     def log_probs(self, data: torch.Tensor, mems: Optional[Sequence[torch.Tensor]] = None
                   ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
@@ -804,7 +639,4 @@ class MemTransformerLM(nn.Module):
         logit per word) they are the log-probabilities, which have the same softmax.
         """
         hidden, new_mems = self.forward_hidden(data, mems)
-        flat = hidden.reshape(-1, hidden.shape[-1])
-        scores = (self.out_layer(flat) if self.sample_softmax > 0
-                  else self.crit.logits(flat, plan=Plan.now(flat.device, self.impl)))
-        return scores.view(*hidden.shape[:-1], self.n_token), new_mems
+        return self._head.logits(hidden, Plan.now(hidden.device, self.impl)), new_mems

@@ -23,28 +23,36 @@ def test_a_tiny_comparison_writes_its_table_numbers_and_plot(tmp_path, monkeypat
     out = tmp_path / 'out'
     results = memory_schemes.compare(['max_step=3', 'remembered=8', 'compression_rate=2', 'lengths=1,2',
                                       f'out={out}', 'dashboard=False'] + TINY)
-    assert [r['memory'] for r in results] == ['none', 'xl', 'compressive']
-    lengths = {r['memory']: (r['mem_len'], r['cmem_len']) for r in results}
-    assert lengths == {'none': (0, 0), 'xl': (8, 0), 'compressive': (4, 4)}
+    assert [r['memory'] for r in results] == ['none', 'xl', 'compressive', 'rmt', 'rmt_xl']
+    lengths = {r['memory']: (r['mem_len'], r['cmem_len'], r['n_mem_tokens']) for r in results}
+    assert lengths == {'none': (0, 0, 0), 'xl': (8, 0, 0), 'compressive': (4, 4, 0), 'rmt': (0, 0, 8),
+                       'rmt_xl': (4, 0, 4)}
     for r in results:
         assert set(r['bpc']) == {1, 2} and all(math.isfinite(v) and v > 0 for v in r['bpc'].values())
         # The evaluation at the training length is the run's own last validation, computed by another process
         record, = find_runs([r['run']], tmp_path)
-        assert r['steps'] == 3 and any(tag.startswith('sweep:train_xl-') for tag in record.tags)
+        # (the memory tokens' runs: steps of bptt_segments=2 segments, 3 // 2 of them: the same training tokens)
+        tokens = r['n_mem_tokens'] > 0
+        assert r['steps'] == (1 if tokens else 3) and r['bptt_segments'] == (2 if tokens else 1)
+        assert any(tag.startswith('sweep:train_xl-') for tag in record.tags)
         assert r['bpc'][1] == pytest.approx(record.last('loss.valid') / math.log(2), rel=1e-9)
         conf, _ = load_trained_run(r['run'])
-        assert (conf.mem_len, conf.cmem_len, conf.compression_rate) == (*lengths[r['memory']], 2)
+        assert (conf.mem_len, conf.cmem_len, conf.n_mem_tokens, conf.compression_rate) == (*lengths[r['memory']], 2)
         # The compressive run trained its compression and reported it apart
         assert (record.last('ar_loss.train') is not None) == (r['memory'] == 'compressive')
     table = (out / 'results.md').read_text()
     assert '| memory | remembered per layer | 8 (1x) | 16 (2x) | minutes |' in table
     assert '| compressed memory | 4 + 4 compressed (conv, rate 2; reaching 12) |' in table
-    assert len(json.loads((out / 'results.json').read_text())) == 3
+    assert '| memory tokens (RMT) | 8 memory tokens (BPTT over 2 segments) |' in table
+    assert ("| memory tokens and Transformer-XL's memory (RMT + XL) | 4 + 4 memory tokens (BPTT over 2 segments) |"
+            in table)
+    assert len(json.loads((out / 'results.json').read_text())) == 5
     assert (out / 'memory_schemes.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
 
 
 @pytest.mark.parametrize('argument, message', [
-    ('memories=xl,compresive', r"memories \['compresive'\] are not accepted: 'none', 'xl' or 'compressive'"),
+    ('memories=xl,compresive', r"memories \['compresive'\] are not accepted: 'none', 'xl', 'compressive', 'rmt' or "
+                               r"'rmt_xl'"),
     ('lengths=0,4', r"lengths=.* is not accepted: positive multiples of tgt_len"),
     ('remembered=6', r"remembered=6 is not accepted with compression_rate=4: .* remembered / 2 at least "
                      r"compression_rate"),
@@ -54,4 +62,11 @@ def test_bad_settings_are_refused_before_any_run(argument, message, tmp_path, mo
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match=message):
         memory_schemes.compare([argument, 'dashboard=False'])
+    assert not (tmp_path / 'logs').exists()
+
+
+def test_memory_tokens_with_xl_need_an_even_number_remembered(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"remembered=7 is not accepted with rmt_xl: .* remembered must be even"):
+        memory_schemes.compare(['memories=rmt_xl', 'remembered=7', 'dashboard=False'])
     assert not (tmp_path / 'logs').exists()

@@ -173,11 +173,15 @@ def test_generation_is_the_segment_by_segment_computation():
     assert not torch.equal(ours, torch.stack(per_token))
 
 
-def test_bad_settings_are_refused():
+def test_bad_settings_are_refused(tmp_path):
     with pytest.raises(ValueError, match='n_mem_tokens'):
         MemTransformerLM(**small_config(n_mem_tokens=-1))
     with pytest.raises(ValueError, match='bptt_segments'):
         MemTransformerLM(**small_config(bptt_segments=0))
+    with pytest.raises(ValueError, match="n_mem_tokens=2 .*Hugging Face's TransfoXL has no Recurrent Memory "
+                                         "Transformer's memory tokens"):
+        MemTransformerLM(**small_config(n_mem_tokens=2)).save_pretrained(tmp_path / 'hf')
+    assert not (tmp_path / 'hf').exists()
 
 
 def test_resume_mid_run_with_a_window_of_three_equals_an_uninterrupted_run(tmp_path):

@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from labml_txl.fast.dispatch import Plan
 from labml_txl.positions.encoding import sinusoidal_embeddings
 from labml_txl.xl import MemTransformerLM
 from tolerance import assert_close_rounding, assert_same_function
@@ -187,7 +188,8 @@ def test_bf16_forward_is_finite(attn_type):
 def test_bf16_positions_are_exact_for_long_windows():
     """Distances above 256 are not integers in bf16; they are computed in float32 and only the result is cast."""
     model = small_model(mem_len=300, tgt_len=20)
-    emb = model._positions(320, torch.bfloat16, torch.device('cpu'))
+    emb = model._model_positions.shared(model, Plan.now(torch.device('cpu'), 'reference'), 320, 320,
+                                        torch.empty(0, dtype=torch.bfloat16))
     expected = sinusoidal_embeddings(torch.arange(319, -1, -1.0, dtype=torch.float64),
                                      model.pos_emb.inv_freq.double())
     # bf16 (tolerance.py's rule 2): one rounding of each value, of size at most 1, to bf16 (depth 1); float32's error
