@@ -36,6 +36,10 @@ per round, the order rotated every round), so a load that comes and goes slows a
   oneDNN's prepacked product and `F.linear`, which back the most rows the dispatcher gives the kernel (`MOST_ROWS`);
 * evaluation per token of Transformer-XL with a memory against a vanilla Transformer that recomputes a window
   of the same attention length for every token (the paper's Table 9), at several lengths;
+* training and evaluation tokens/s of each memory mechanism (`labml_txl/memories/`) against Transformer-XL's memory,
+  the same model otherwise: the compressed memory (half the memory, half compressed, with its reconstruction loss in
+  the training step, as the trainer computes it), the Recurrent Memory Transformer's memory tokens alone and beside
+  Transformer-XL's memory (a step of one segment);
 * bf16 autocast against float32, and a bf16 product against a float32 one at the feed-forward layer's shape (where
   PyTorch has no fast bf16 product for the CPU its portable one runs, which is why bf16 can be slower there);
 * peak memory of evaluation with long memories: torch's CPU allocator keeps no statistics, so a fresh subprocess
@@ -547,6 +551,55 @@ def measure_table9(cfg: BenchConfig, lengths: List[int], repeats: int = 15, devi
     return rows
 
 
+# The memory mechanisms of `labml_txl/memories/` against Transformer-XL's memory, the same model otherwise: the
+# compressed memory keeps as many rows a query sees, the memory tokens (RMT) `MECHANISM_TOKENS` of them
+MECHANISM_TOKENS = 16
+
+
+def mechanism_models(cfg: BenchConfig, device: str) -> Dict[str, MemTransformerLM]:
+    """One model per mechanism, the same weights where they share them (seed 0)."""
+    half = cfg.mem_len // 2
+    rate = min(4, half)
+    return {
+        f"Transformer-XL's memory ({cfg.mem_len})": make_xl(cfg, device=device),
+        f'compressed memory ({half} + {half}, conv, rate {rate})': make_xl(cfg, device=device, mem_len=half,
+                                                                           cmem_len=half, compression_rate=rate),
+        f'memory tokens ({MECHANISM_TOKENS}, no XL memory)': make_xl(cfg, device=device, mem_len=0,
+                                                                   n_mem_tokens=MECHANISM_TOKENS),
+        f'memory tokens ({MECHANISM_TOKENS}) + XL memory ({cfg.mem_len})': make_xl(
+            cfg, device=device, n_mem_tokens=MECHANISM_TOKENS),
+    }
+
+
+def with_aux_losses(model: MemTransformerLM) -> Callable:
+    """`model`'s call as the trainer makes it: its mechanisms' auxiliary losses (the compressed memory's
+    reconstruction loss) added to the loss it back-propagates, weight 1."""
+    def call(data, target, *mems):
+        loss, aux, *mems = model(data, target, *mems, return_aux_losses=True)
+        return [loss + sum(aux.values(), loss.new_zeros(()))] + mems
+    return call
+
+
+def measure_mechanisms(cfg: BenchConfig, device: str = 'cpu') -> Dict[str, Dict[str, float]]:
+    """Training and evaluation tokens/s of each mechanism (`mechanism_models`), interleaved per mode."""
+    sync = synchronizer(device)
+    models = mechanism_models(cfg, device)
+    speed = {name: {} for name in models}
+    for mode, train in (('train', True), ('eval', False)):
+        runners = {name: Stream(model, cfg, train=train, call=with_aux_losses(model) if train else None)
+                   for name, model in models.items()}
+        for name, seconds in interleaved(runners, cfg.repeats, sync=sync).items():
+            speed[name][mode] = cfg.tokens() / seconds
+    return speed
+
+
+def mechanism_rows(speed: Dict[str, Dict[str, float]]) -> List[List[str]]:
+    """A row per mechanism and mode: tokens/s, and the ratio to Transformer-XL's memory (the first)."""
+    baseline = next(iter(speed.values()))
+    return [[f'{mode} tok/s, {name}', f'{row[mode]:,.0f}', f'{row[mode] / baseline[mode]:.2f}x vs XL memory']
+            for mode in ('train', 'eval') for name, row in speed.items()]
+
+
 def resident_kib(field: str = 'VmRSS') -> int:
     """`VmRSS` (resident now) or `VmHWM` (its peak) of this process, in KiB, from `/proc/self/status`."""
     with open('/proc/self/status') as f:
@@ -717,6 +770,7 @@ def run(cfg: BenchConfig, lengths: List[int], mem_lens: List[int], compile_model
     for name, row in measure_generation(cfg, peers=peers, device=device, notes=notes).items():
         speed.setdefault(name, {}).update(row)
     rows = speed_rows(speed, cfg) + table9_rows(measure_table9(cfg, lengths, device=device))
+    rows += mechanism_rows(measure_mechanisms(cfg, device=device))
     if device == 'cpu':
         rows += few_rows_rows(measure_few_rows(cfg)) + memory_rows(measure_memory(cfg, mem_lens))
         if not torch.ops.mkldnn._is_mkldnn_bf16_supported():

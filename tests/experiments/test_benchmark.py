@@ -47,8 +47,12 @@ def test_benchmark_measures_every_row_on_tiny_sizes():
     memory = bench.measure_memory(TINY, [8])
     assert all(memory[0][path][k] > 0 for path in ('fast', 'plain') for k in ('model_mib', 'mems_mib'))
     assert all(memory[0][path]['eval_peak_mib'] >= 0 for path in ('fast', 'plain'))
+    mechanisms = bench.measure_mechanisms(TINY)
+    assert len(mechanisms) == 4
+    assert all(set(row) == {'train', 'eval'} and min(row.values()) > 0 for row in mechanisms.values())
     table = bench.format_table(bench.speed_rows(speed, TINY) + bench.table9_rows(table9)
-                               + bench.few_rows_rows(few_rows) + bench.memory_rows(memory))
+                               + bench.few_rows_rows(few_rows) + bench.memory_rows(memory)
+                               + bench.mechanism_rows(mechanisms))
     lines = table.splitlines()
     assert lines[0] == '| measurement | value | ratio |'
     assert set(speed['fast without our kernels']) == {'train', 'eval'}
@@ -61,7 +65,10 @@ def test_benchmark_measures_every_row_on_tiny_sizes():
                    "train step matmul FLOP/s (fast), of the float32 peak: oneDNN's prepacked GEMM",
                    'train step matmul FLOP/s (fast), of torch.mm', 'Table 9, L=4', 'Table 9, L=8',
                    "a step's products, rows=1: few-rows kernel vs oneDNN", "a step's products, rows=32",
-                   'eval peak memory above the model, mem_len=8'):
+                   'eval peak memory above the model, mem_len=8', "train tok/s, Transformer-XL's memory (4)",
+                   'train tok/s, compressed memory (2 + 2, conv, rate 2)',
+                   'eval tok/s, memory tokens (16, no XL memory)',
+                   'eval tok/s, memory tokens (16) + XL memory (4)'):
         assert any(needle in line for line in lines), needle
     assert all('not the same attention' in line for line in lines if 'vs x-transformers' in line)
     targets = bench.target_rows(speed, TINY)
