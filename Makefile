@@ -5,6 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --quiet
 STAMP := $(VENV)/.installed
 TF_STAMP := $(VENV)/.installed-tf
+FAISS_STAMP := $(VENV)/.installed-faiss
 # Every Python package of the test environment at an exact version (`make lock` regenerates it), and the ones
 # installed without their declared dependencies (labml-nn: see the file); TensorFlow and what it adds, resolved beside
 # the lock (the tf extra, for the tests of the TensorFlow checkpoint converter only: `make test-tf` installs it, `make
@@ -12,8 +13,10 @@ TF_STAMP := $(VENV)/.installed-tf
 LOCK := requirements/test.lock
 NO_DEPS_LOCK := requirements/no-deps.lock
 TF_LOCK := requirements/tf.lock
+# faiss-cpu (the faiss extra, for the kNN memory's faiss index: `make test-faiss` installs it and runs its tests)
+FAISS_LOCK := requirements/faiss.lock
 
-.PHONY: test test-avx2 test-tf demo install lock clean-venv
+.PHONY: test test-avx2 test-tf test-faiss demo install lock clean-venv
 
 # The lock's wheels were resolved for one Python minor version (its `# python:` line); another one is refused
 # before any install, naming the fixes
@@ -31,7 +34,7 @@ $(PY):
 # no resolution at all; the project itself, built with the locked setuptools; a `pip check` then fails, naming it, if any package needs one the locks
 # lack (run `make lock`), labml-nn's own left out. The browser libraries of the dashboard page come from
 # package-lock.json.
-$(STAMP): setup.py $(LOCK) $(NO_DEPS_LOCK) $(TF_LOCK) package.json package-lock.json | $(PY)
+$(STAMP): setup.py $(LOCK) $(NO_DEPS_LOCK) $(TF_LOCK) $(FAISS_LOCK) package.json package-lock.json | $(PY)
 	@command -v npm >/dev/null || { echo "make: npm is missing; install Node.js with npm (Debian: apt-get install npm)"; exit 1; }
 	$(PIP) install --only-binary=:all: --constraint $(LOCK) pip setuptools
 	$(PIP) install --only-binary=:all: --constraint $(LOCK) torch
@@ -73,14 +76,25 @@ test-tf: $(TF_STAMP)
 	$(PY) -m pytest -q --with-tf -m tf tests
 	$(AVX2) $(PY) -m pytest -q --with-tf -m tf tests
 
+# The tests of the kNN memory's faiss index (marked faiss), with faiss-cpu installed from $(FAISS_LOCK) beside the
+# lock
+$(FAISS_STAMP): $(STAMP) $(FAISS_LOCK)
+	$(PIP) install --only-binary=:all: --no-deps --requirement $(FAISS_LOCK)
+	$(PY) requirements/check_environment.py
+	touch $(FAISS_STAMP)
+
+test-faiss: $(FAISS_STAMP)
+	$(PY) -m pytest -q --with-faiss -m faiss tests
+
 demo: $(STAMP)
 	$(PY) experiments/demo.py
 
 # Resolves setup.py's ranges afresh (the newest releases) and rewrites $(LOCK), then $(TF_LOCK) beside it; see
-# requirements/regenerate.sh and regenerate_tf.sh
+# requirements/regenerate.sh and regenerate_extra.sh
 lock:
 	PYTHON=$(PYTHON) requirements/regenerate.sh
-	PYTHON=$(PYTHON) requirements/regenerate_tf.sh
+	PYTHON=$(PYTHON) requirements/regenerate_extra.sh tf
+	PYTHON=$(PYTHON) requirements/regenerate_extra.sh faiss
 
 clean-venv:
 	rm -rf $(VENV)

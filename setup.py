@@ -33,5 +33,8 @@ setuptools.setup(
         # Reading the authors' TensorFlow checkpoints (`labml_txl/xl/formats/tf_checkpoint.py`); 2.18 is the first
         # TensorFlow for numpy 2. `make test` installs the versions of requirements/tf.lock
         'tf': ['tensorflow-cpu>=2.18; platform_system == "Linux"', 'tensorflow>=2.18; platform_system != "Linux"'],
+        # The kNN memory's faiss index (`knn_index='faiss'`, `labml_txl/memories/retrieval.py`). `make test-faiss`
+        # installs the version of requirements/faiss.lock
+        'faiss': ['faiss-cpu>=1.8'],
     },
 )

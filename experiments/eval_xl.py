@@ -51,12 +51,12 @@ def _read(settings: Dict[str, Any], pretrained: bool) -> EvalXLSettings:
 
 def evaluate(model: MemTransformerLM, corpus, split: str, tgt_len: int, mem_len: int, clamp_len: int,
              same_length: bool, batch_size: int, max_steps: int = 0,
-             cmem_len: Optional[int] = None) -> Dict[str, float]:
-    """The mean loss of `model` over `split` of `corpus` with these lengths (`cmem_len`: a compressed memory's, where
-    given), and bits per character or perplexity."""
+             **memory_sizes: Optional[int]) -> Dict[str, float]:
+    """The mean loss of `model` over `split` of `corpus` with these lengths (`memory_sizes`: the sizes of its memory
+    mechanisms that evaluation may change, where given, e.g. `cmem_len`, `knn_mem_size`), and bits per character or
+    perplexity."""
     model.eval()
-    model.reset_length(tgt_len, model.ext_len, mem_len, same_length=same_length, clamp_len=clamp_len,
-                       cmem_len=cmem_len)
+    model.reset_length(tgt_len, model.ext_len, mem_len, same_length=same_length, clamp_len=clamp_len, **memory_sizes)
     iterator = corpus.get_iterator(split, batch_size, tgt_len, ext_len=model.ext_len)
     loss = mean_loss_over_stream(model, iterator, max_steps)
     return {'loss': loss, **quality(loss, corpus.level)}

@@ -1,11 +1,12 @@
 r"""
-Memory mechanisms side by side: no memory, Transformer-XL's memory, the Compressive Transformer's compressed memory
-and the Recurrent Memory Transformer's memory tokens (alone and with Transformer-XL's memory), each trained on Tiny
+Memory mechanisms side by side: no memory, Transformer-XL's memory, the Compressive Transformer's compressed memory,
+the Recurrent Memory Transformer's memory tokens (alone and with Transformer-XL's memory) and the Memorizing
+Transformer's kNN memory (with Transformer-XL's memory), each trained on Tiny
 Shakespeare at an equal budget (the same model, training tokens, batches and learning-rate schedule) and with an
 equal number of remembered states a query attends to beyond its segment, then evaluated on the validation split at
 the training length and at 4x and 8x it.
 
-    python experiments/memory_schemes.py [max_step=2000] [memories=none,xl,compressive,rmt,rmt_xl] [remembered=64]
+    python experiments/memory_schemes.py [max_step=2000] [memories=none,xl,compressive,rmt,rmt_xl,knn] [remembered=64]
         [compression_rate=4] [compression=conv] [bptt_segments=2] [lengths=1,4,8] [out=logs/memory_schemes]
         [port=5005] [dashboard=True] [key=value ...]
 
@@ -15,12 +16,14 @@ the training length and at 4x and 8x it.
   keys per query as `xl`, reaching `remembered / 2 * (1 + compression_rate)` positions back, the paper's comparison
   at an equal attention cost), `rmt` (`remembered` memory tokens, no Transformer-XL memory: each token attends to
   the `remembered` read tokens and the tokens before it) and `rmt_xl` (a memory of `remembered / 2` and `remembered /
-  2` memory tokens, the paper's "RMT + XL"). The memory tokens are trained through `bptt_segments` segments per step,
+  2` memory tokens, the paper's "RMT + XL") and `knn` (a memory of `remembered / 2`, and one kNN layer near the top
+  whose queries attend also to their `remembered / 2` nearest of `8 * remembered` stored keys: `remembered` states
+  beyond the segment for that layer's queries, `remembered / 2` for the others'). The memory tokens are trained through `bptt_segments` segments per step,
   so their runs take `max_step / bptt_segments` steps (and warm-up) of that many segments: the same training tokens.
 * `lengths`: evaluation lengths as multiples of `tgt_len`. At length $E = k \cdot$ `tgt_len` the text is read in
   segments of $E$ tokens, and every memory is $k$ times as long as in training (`xl`'s `k * remembered`;
-  `compressive`'s memory and compressed memory each `k * remembered / 2`), so the ratio of memory to segment is the
-  training one; the number of memory tokens stays the one trained.
+  `compressive`'s memory and compressed memory each `k * remembered / 2`; `knn`'s memory and store), so the ratio of
+  memory to segment is the training one; the number of memory tokens, and of neighbours, stays the one trained.
 * Other `key=value` pairs are settings of `train_xl.py` for every run (listed below), e.g. `attention=rotary`.
 
 The training is a sweep (`labml_txl.sweep`) of `train_xl.py` over the memories: every run is a labml run of the
@@ -59,7 +62,10 @@ MEMORIES = {
     'compressive': 'compressed memory',
     'rmt': 'memory tokens (RMT)',
     'rmt_xl': "memory tokens and Transformer-XL's memory (RMT + XL)",
+    'knn': "kNN memory and Transformer-XL's memory",
 }
+# The kNN memory's store, in multiples of `remembered`
+KNN_STORE = 8
 
 # The experiment's own settings: type, default, what it is
 EXPERIMENT = {'memories': ('list', list(MEMORIES), f"memory mechanisms, separated by commas: {', '.join(MEMORIES)}"),
@@ -85,20 +91,23 @@ def check_settings(settings: Dict[str, Any], overrides: Dict[str, Any]) -> Dict[
         raise ValueError(f"remembered={remembered} is not accepted with compression_rate={rate}: the compressive "
                          f"run keeps remembered / 2 memories and remembered / 2 compressed ones, so remembered must "
                          f"be even and remembered / 2 at least compression_rate")
-    if 'rmt_xl' in memories and (remembered % 2 or remembered < 2):
-        raise ValueError(f"remembered={remembered} is not accepted with rmt_xl: it keeps remembered / 2 memories and "
-                         f"remembered / 2 memory tokens, so remembered must be even")
+    for memory, half in (('rmt_xl', 'memory tokens'), ('knn', 'neighbours of each query')):
+        if memory in memories and (remembered % 2 or remembered < 2):
+            raise ValueError(f"remembered={remembered} is not accepted with {memory}: it keeps remembered / 2 "
+                             f"memories and remembered / 2 {half}, so remembered must be even")
     return {**settings, 'memories': memories, 'lengths': check_length_settings(settings)}
 
 def memory_lengths(memory: str, remembered: int) -> Dict[str, int]:
-    """`mem_len`, `cmem_len` and `n_mem_tokens` of a memory mechanism keeping `remembered` states a query attends to
-    beyond its segment."""
+    """The memory settings of a mechanism keeping `remembered` states a query attends to beyond its segment (the
+    kNN layer's queries, for `knn`); every other mechanism off."""
     half = remembered // 2
-    return {'none': {'mem_len': 0, 'cmem_len': 0, 'n_mem_tokens': 0},
-            'xl': {'mem_len': remembered, 'cmem_len': 0, 'n_mem_tokens': 0},
-            'compressive': {'mem_len': half, 'cmem_len': half, 'n_mem_tokens': 0},
-            'rmt': {'mem_len': 0, 'cmem_len': 0, 'n_mem_tokens': remembered},
-            'rmt_xl': {'mem_len': half, 'cmem_len': 0, 'n_mem_tokens': half}}[memory]
+    off = {'mem_len': 0, 'cmem_len': 0, 'n_mem_tokens': 0, 'knn_mem_size': 0}
+    return {**off, **{'none': {},
+                      'xl': {'mem_len': remembered},
+                      'compressive': {'mem_len': half, 'cmem_len': half},
+                      'rmt': {'n_mem_tokens': remembered},
+                      'rmt_xl': {'mem_len': half, 'n_mem_tokens': half},
+                      'knn': {'mem_len': half, 'knn_mem_size': KNN_STORE * remembered, 'knn_k': half}}[memory]}
 
 
 def sweep_points(settings: Dict[str, Any], overrides: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -120,6 +129,8 @@ def sweep_points(settings: Dict[str, Any], overrides: Dict[str, Any]) -> List[Di
 
 def memory_of(conf: TrainXLConfigs) -> str:
     """The memory mechanism of a trained run's configs."""
+    if conf.knn_mem_size > 0:
+        return 'knn'
     if conf.n_mem_tokens > 0:
         return 'rmt_xl' if conf.mem_len > 0 else 'rmt'
     return 'compressive' if conf.cmem_len > 0 else 'xl' if conf.mem_len > 0 else 'none'
@@ -133,11 +144,13 @@ def evaluate_at_lengths(record: RunRecord, lengths: List[int]) -> Dict[str, Any]
     for k in lengths:
         result = eval_xl.evaluate(conf.model, conf.corpus, 'valid', tgt_len=k * conf.tgt_len, mem_len=k * conf.mem_len,
                                   clamp_len=conf.clamp_len, same_length=conf.same_length, batch_size=conf.batch_size,
-                                  cmem_len=k * conf.cmem_len if conf.cmem_len else None)
+                                  cmem_len=k * conf.cmem_len if conf.cmem_len else None,
+                                  knn_mem_size=k * conf.knn_mem_size if conf.knn_mem_size else None)
         bpc[k] = result['loss'] / math.log(2)
     return {'memory': memory_of(conf), 'mem_len': conf.mem_len, 'cmem_len': conf.cmem_len,
             'compression_rate': conf.compression_rate, 'compression': conf.compression,
-            'n_mem_tokens': conf.n_mem_tokens, 'bptt_segments': conf.bptt_segments, 'bpc': bpc,
+            'n_mem_tokens': conf.n_mem_tokens, 'bptt_segments': conf.bptt_segments, 'knn_mem_size': conf.knn_mem_size,
+            'knn_k': conf.knn_k, 'bpc': bpc,
             'run': record.uuid, 'steps': step, 'tgt_len': conf.tgt_len,
             'minutes': (record.updated - record.started) / 60}
 
@@ -151,6 +164,8 @@ def describe(result: Dict[str, Any]) -> str:
     if result['memory'] in ('rmt', 'rmt_xl'):
         tokens = f"{result['n_mem_tokens']} memory tokens (BPTT over {result['bptt_segments']} segments)"
         return tokens if result['memory'] == 'rmt' else f"{result['mem_len']} + {tokens}"
+    if result['memory'] == 'knn':
+        return f"{result['mem_len']} + the {result['knn_k']} nearest of {result['knn_mem_size']} stored (one layer)"
     reach = result['mem_len'] + result['compression_rate'] * result['cmem_len']
     return (f"{result['mem_len']} + {result['cmem_len']} compressed ({result['compression']}, rate "
             f"{result['compression_rate']}; reaching {reach})")
@@ -171,7 +186,7 @@ def plot(results: List[Dict[str, Any]], lengths: List[int], path: Path) -> None:
 def compare(args: List[str]) -> List[Dict[str, Any]]:
     overrides = parse_overrides(args, SETTINGS)
     settings = check_settings({k: overrides.pop(k) for k in list(overrides) if k in EXPERIMENT}, overrides)
-    chosen = sorted({'mem_len', 'cmem_len', 'n_mem_tokens'} & set(overrides))
+    chosen = sorted(set(memory_lengths('knn', 2)) & set(overrides))
     if chosen:
         raise ValueError(f"{' and '.join(chosen)} are set by the experiment per run: choose them with memories= and "
                          f"remembered=")

@@ -1,6 +1,7 @@
 """`pip check` for the test environment: every installed package's requirements are installed, except those of
-the packages in no-deps.lock, which are installed without their declared dependencies on purpose. And tf.lock,
-installed after test.lock without resolution, pins no package that test.lock pins, so it changes no locked version.
+the packages in no-deps.lock, which are installed without their declared dependencies on purpose. And the locks of
+the optional extras (tf.lock, faiss.lock), installed after test.lock without resolution, pin no package that test.lock
+pins, so they change no locked version.
 Exits 1 naming what is wrong (a package the lock lacks: run `make lock`)."""
 import re
 import subprocess
@@ -8,7 +9,9 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
-LOCK, NO_DEPS_LOCK, TF_LOCK = HERE / 'test.lock', HERE / 'no-deps.lock', HERE / 'tf.lock'
+LOCK, NO_DEPS_LOCK = HERE / 'test.lock', HERE / 'no-deps.lock'
+# The optional extras' locks (`make test-tf`, `make test-faiss`)
+EXTRA_LOCKS = (HERE / 'tf.lock', HERE / 'faiss.lock')
 
 
 def pinned(lock: Path) -> dict:
@@ -25,10 +28,10 @@ def main() -> int:
     for line in broken:
         print(f'make: {line}: requirements/test.lock lacks it; run `make lock`', file=sys.stderr)
     locked = pinned(LOCK)
-    twice = [f'{locked[name]} (test.lock) and {line} (tf.lock)' for name, line in pinned(TF_LOCK).items()
-             if name in locked]
-    for pins in twice:
-        print(f'make: {pins}: tf.lock must pin only what test.lock does not; run `make lock`', file=sys.stderr)
+    twice = [(f'{locked[name]} (test.lock) and {line} ({extra.name})', extra.name)
+             for extra in EXTRA_LOCKS for name, line in pinned(extra).items() if name in locked]
+    for pins, extra in twice:
+        print(f'make: {pins}: {extra} must pin only what test.lock does not; run `make lock`', file=sys.stderr)
     return 1 if broken or twice else 0
 
 

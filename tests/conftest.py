@@ -1,4 +1,4 @@
-"""Shared pytest fixtures, the `tf` marker, and the header that names the vector paths a run takes.
+"""Shared pytest fixtures, the markers of the optional extras (`tf`, `faiss`), and the header that names the vector paths a run takes.
 
 How close results must be is `tolerance.py`'s policy (float64 for two implementations of one function, bounds
 derived from the dtype's epsilon where float32 is the point).
@@ -12,42 +12,55 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-# How many tests marked `tf` were deselected, for the summary's line saying why
-_TF_DESELECTED = pytest.StashKey[int]()
-TF_REASON = ('they test the TensorFlow checkpoint converter and need the tf extra (TensorFlow, about 1.4 GB, not in '
-             '`make test`\'s environment); `make test-tf` installs it and runs them')
+# The optional extras some tests need, by marker: the module, the option that runs them, why they are deselected
+# without it, and how to get it. Without its option a marker's tests are deselected (never skipped one by one, never
+# passed without the extra), and the summary says why.
+EXTRAS = {
+    'tf': dict(module='tensorflow', option='--with-tf',
+               reason='they test the TensorFlow checkpoint converter and need the tf extra (TensorFlow, about 1.4 GB, '
+                      "not in `make test`'s environment); `make test-tf` installs it and runs them",
+               install="`make test-tf` installs requirements/tf.lock, or pip install -e '.[tf]'"),
+    'faiss': dict(module='faiss', option='--with-faiss',
+                  reason="they test the kNN memory's faiss index and need the faiss extra (faiss-cpu, not in `make "
+                         "test`'s environment); `make test-faiss` installs it and runs them",
+                  install="`make test-faiss` installs requirements/faiss.lock, or pip install -e '.[faiss]'"),
+}
+_DESELECTED = pytest.StashKey[dict]()
 
 
 def pytest_addoption(parser):
-    parser.addoption('--with-tf', action='store_true',
-                     help='run the tests marked tf (the TensorFlow checkpoint converter); TensorFlow must be installed '
-                          '(`make test-tf` installs requirements/tf.lock and passes this)')
+    for marker, extra in EXTRAS.items():
+        parser.addoption(extra['option'], action='store_true',
+                         help=f"run the tests marked {marker}; {extra['module']} must be installed ({extra['install']})")
 
 
 def pytest_configure(config):
-    config.addinivalue_line('markers', 'tf: needs TensorFlow (the tf extra); deselected unless --with-tf')
-    if config.getoption('--with-tf') and importlib.util.find_spec('tensorflow') is None:
-        raise pytest.UsageError('--with-tf runs the tests of the TensorFlow checkpoint converter, and TensorFlow is '
-                                'not installed here: `make test-tf` installs requirements/tf.lock, or pip install '
-                                "-e '.[tf]'")
+    for marker, extra in EXTRAS.items():
+        config.addinivalue_line('markers', f"{marker}: needs {extra['module']} (the {marker} extra); deselected "
+                                           f"unless {extra['option']}")
+        if config.getoption(extra['option']) and importlib.util.find_spec(extra['module']) is None:
+            raise pytest.UsageError(f"{extra['option']} runs the tests marked {marker}, and {extra['module']} is not "
+                                    f"installed here: {extra['install']}")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Without `--with-tf`, the tests marked `tf` are deselected (never skipped one by one, never passed without
-    TensorFlow), and the summary says why."""
-    if config.getoption('--with-tf'):
-        return
-    needs_tf = [item for item in items if item.get_closest_marker('tf')]
-    if needs_tf:
-        config.hook.pytest_deselected(items=needs_tf)
-        items[:] = [item for item in items if not item.get_closest_marker('tf')]
-        config.stash[_TF_DESELECTED] = len(needs_tf)
+    """The tests of each extra whose option is not given are deselected, and the summary says why."""
+    deselected = {}
+    for marker, extra in EXTRAS.items():
+        if config.getoption(extra['option']):
+            continue
+        needing = [item for item in items if item.get_closest_marker(marker)]
+        if needing:
+            config.hook.pytest_deselected(items=needing)
+            items[:] = [item for item in items if not item.get_closest_marker(marker)]
+            deselected[marker] = len(needing)
+    config.stash[_DESELECTED] = deselected
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    deselected = config.stash.get(_TF_DESELECTED, 0)
-    if deselected:
-        terminalreporter.write_line(f'{deselected} tests marked tf deselected: {TF_REASON}', yellow=True)
+    for marker, count in config.stash.get(_DESELECTED, {}).items():
+        terminalreporter.write_line(f"{count} tests marked {marker} deselected: {EXTRAS[marker]['reason']}",
+                                    yellow=True)
 
 
 def _cpu_model() -> str:

@@ -421,7 +421,7 @@ def _layer_refusal(plan: Plan, x: torch.Tensor, klen: int, window: int, layer: '
 
 
 def decoder_layers(plan: Plan, x: torch.Tensor, klen: int, window: int, layers: Sequence['LayerParts'],
-                   memory_kept: Sequence[bool]) -> str:
+                   memory_kept: Sequence[bool], branched: Sequence[bool] = ()) -> str:
     """
     How a Transformer-XL model's layers run on `x`: `'fused'` (all of them in one call of our decoder-layer kernel,
     `xl/fused_step.py`) or `'modules'` (each layer's modules, each operation chosen here as it comes).
@@ -435,6 +435,8 @@ def decoder_layers(plan: Plan, x: torch.Tensor, klen: int, window: int, layers: 
             call refuses the kernel first.
         memory_kept: per layer, whether the keys and values of its memory are at hand (kept from the step before, or
             no memory): the kernel does not project a memory.
+        branched: per layer, whether a memory mechanism adds a second attention to it (the kNN memory's
+            retrieval), which the kernel does not compute.
     """
     rows = x.shape[0] * x.shape[1]
     fused = _inference_refusal(plan)
@@ -442,6 +444,9 @@ def decoder_layers(plan: Plan, x: torch.Tensor, klen: int, window: int, layers: 
         fused = 'our kernels are disabled'
     if fused is None and not 1 <= rows <= native_few_rows.MOST_ROWS:
         fused = f'{rows} rows: its products are for 1 to {native_few_rows.MOST_ROWS} (generation\'s steps)'
+    if fused is None and any(branched):
+        fused = (f'layer {list(branched).index(True)}: a memory mechanism adds a second attention (the kNN memory), '
+                 f'which the kernel does not compute')
     if fused is None and not native_decoder_layer.kernel_available():
         fused = 'the decoder-layer kernel could not be built, or failed its first check'
     # (each layer's parts are read only here, where nothing of the call refused the kernel first)

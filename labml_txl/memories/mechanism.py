@@ -15,6 +15,8 @@ same segment step; a mechanism says
   (`init_state`) and how the tensors of each are named in messages (`describe_state`);
 * **what a layer attends to before its segment** (`joined_rows`): rows joined before Transformer-XL's memory, oldest
   first, which every positional scheme covers with its own positions (`joined_length` rows at most);
+* **a second attention of a layer** (`attention_branch`): a computation over the layer's queries, combined with the
+  layer's own attention before its output projection (the kNN memory's retrieval over stored keys and values);
 * **rows it places around the segment** (`placed_rows`): rows of the first layer's input before and after the
   segment's token embeddings (the Recurrent Memory Transformer's read and write memory tokens), computed by every
   layer as the segment is (`placed_length` rows at most), left out of the loss and of Transformer-XL's memory;
@@ -32,7 +34,7 @@ each mechanism that is on, in the registry's order, each of its state names in `
 per layer there (`state.py`).
 """
 from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -41,6 +43,9 @@ from ..fast.dispatch import Plan
 
 # One mechanism's state: per state name, one tensor per layer that keeps it
 State = Dict[str, List[torch.Tensor]]
+# A layer's second attention: from its queries `[bsz, n_head, qlen, d_head]` and its own attention's heads concatenated
+# `[qlen, bsz, n_head * d_head]`, the heads the output projection takes instead (the same shape)
+AttentionBranch = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -82,11 +87,14 @@ class Segment:
         end: the end of the rows the memory keeps (the original's rule, `MemTransformerLM._mem_bounds`).
         caches: the model's `xl.memory.ModelMemory` (append buffers, kept keys and values), which Transformer-XL's
             memory writes into.
-        keys_values: each layer's `xl.attention.KeysValues` where this call keeps them (else empty).
+        keys_values: each layer's `xl.attention.KeysValues` where the call computed them (it keeps them for the next
+            segment, `keeps_keys_values`, or a mechanism `reads_keys_values`), else empty.
         outputs: the last layer's output over every row the layers computed (the rows mechanisms placed around the
             segment among them), before the final dropout.
         placed: per mechanism that placed rows, the slices of `outputs` before and after the segment that are its.
         carry_gradient: whether the next state keeps its graph (training within a window of `bptt_segments`).
+        tokens: the rows of the layers' outputs (and of `keys_values`' segment) that are the segment's tokens.
+        keeps_keys_values: whether Transformer-XL's memory keeps `keys_values` for the next segment.
     """
     plan: Plan
     layers: nn.ModuleList
@@ -99,6 +107,15 @@ class Segment:
     outputs: Optional[torch.Tensor] = None
     placed: Dict[Any, Tuple[slice, slice]] = None
     carry_gradient: bool = False
+    tokens: Optional[slice] = None
+    keeps_keys_values: bool = False
+
+    def kept_rows(self) -> slice:
+        """The rows of the segment's tokens (among every row the layers computed) that Transformer-XL's memory keeps:
+        all but the `ext_len` rows the next segment reads again."""
+        mlen = 0 if not self.memories or self.memories[0] is None else self.memories[0].shape[0]
+        start = self.tokens.start
+        return slice(start, start + min(self.tokens.stop - start, self.end - mlen))
 
 
 class MemoryMechanism(nn.Module):
@@ -122,6 +139,11 @@ class MemoryMechanism(nn.Module):
     # Built whatever its size, as `reset_length` may turn it on later (a mechanism without parameters); else built
     # only when on
     always_built: ClassVar[bool] = False
+    # Reads every layer's keys and values of the segment (`Segment.keys_values`) for its next state
+    reads_keys_values: ClassVar[bool] = False
+    # Its state changes once per segment of the training length, whatever the call's (memory tokens, a kNN store), so
+    # sampling computes a segment's tokens over the state before that segment (`xl/generation.py`)
+    written_per_segment: ClassVar[bool] = False
 
     @classmethod
     def check_settings(cls, settings: Mapping[str, Any], mem_len: int) -> None:
@@ -172,6 +194,10 @@ class MemoryMechanism(nn.Module):
     def joined_length(self) -> int:
         """The most rows `joined_rows` gives a layer."""
         return 0
+
+    def attention_branch(self, state: State, layer: int) -> Optional[AttentionBranch]:
+        """Layer `layer`'s second attention for this segment, or None (the layer's own attention alone)."""
+        return None
 
     def placed_rows(self, state: State, bsz: int, like: torch.Tensor
                     ) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:

@@ -55,6 +55,7 @@ class RecurrentMemoryTokens(MemoryMechanism):
     }
     attribute = 'memory_tokens'
     title = "the Recurrent Memory Transformer's memory tokens"
+    written_per_segment = True
 
     @classmethod
     def check_settings(cls, settings: Mapping[str, Any], mem_len: int) -> None:

@@ -9,6 +9,7 @@ is registered, `LISTENERS`).
 from typing import Any, Callable, Dict, List, Mapping, Type
 
 from .compressed import CompressedMemory
+from .knn import KnnMemory
 from .mechanism import MemoryMechanism, Setting
 from .recurrent import RecurrentMemoryTokens
 from .transformer_xl import TransformerXLMemory
@@ -55,6 +56,7 @@ def register(name: str, mechanism: Type[MemoryMechanism]) -> None:
 register('transformer_xl', TransformerXLMemory)
 register('compressed', CompressedMemory)
 register('recurrent', RecurrentMemoryTokens)
+register('knn', KnnMemory)
 
 
 def settings() -> Dict[str, Setting]:

@@ -41,5 +41,6 @@ class TransformerXLMemory(MemoryMechanism):
     def next_state(self, state: State, segment: Segment) -> State:
         # $m^{n-1}_{\tau+1} = [m^{n-1}_\tau \circ h^{n-1}_{\tau+1}]_{[beg, end)}$, written by the model's caches (append
         # buffers, kept keys and values) where the call keeps them
-        return {'mem': segment.caches.next_memories(segment.plan, segment.inputs, state['mem'], segment.keys_values,
+        kept_keys_values = segment.keys_values if segment.keeps_keys_values else []
+        return {'mem': segment.caches.next_memories(segment.plan, segment.inputs, state['mem'], kept_keys_values,
                                                     segment.layers, segment.evicted, segment.end)}

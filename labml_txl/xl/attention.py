@@ -31,7 +31,7 @@ rounded to float32 before the softmax (`attn_score.float()`: a change only in fl
 queries of types 2 and 3 from the un-normalised input (the keys and values from the normalised one).
 """
 from dataclasses import dataclass
-from typing import Optional, Tuple, Union
+from typing import Callable, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -84,8 +84,11 @@ class XLAttention(nn.Module):
         `h` `[qlen, bsz, d_model]`; `position_args` as the scheme takes them (`positions/relative.py`: the
         sinusoids `[klen, 1, d_model]` and $u$, $v$ `[n_head, d_head]` of type 0); `attn_mask` boolean
         `[qlen, klen, 1]`, True where masked; `mems` `[mlen, bsz, d_model]` or None; `mems_kv` the keys and values of
-        `mems` `[2, bsz, n_head, mlen, d_head]` when they are known (then `mems` is not projected again). Output
-        `[qlen, bsz, d_model]`, with `return_kv` also the `KeysValues` computed.
+        `mems` `[2, bsz, n_head, mlen, d_head]` when they are known (then `mems` is not projected again);
+        `branch`, a memory mechanism's second attention (`memories.mechanism.AttentionBranch`: the kNN memory's
+        retrieval), takes the queries `[bsz, n_head, qlen, d_head]` and this attention's heads `[qlen, bsz,
+        n_head * d_head]` and gives the heads the output projection takes. Output `[qlen, bsz, d_model]`, with
+        `return_kv` also the `KeysValues` computed.
     """
 
     def __init__(self, n_head: int, d_model: int, d_head: int, dropout: float, dropatt: float = 0.0,
@@ -205,8 +208,9 @@ class XLAttention(nn.Module):
 
     def forward(self, h: torch.Tensor, *position_args: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
                 mems: Optional[torch.Tensor] = None, mems_kv: Optional[torch.Tensor] = None,
-                plan: Optional[Plan] = None,
-                return_kv: bool = False) -> Union[torch.Tensor, Tuple[torch.Tensor, KeysValues]]:
+                plan: Optional[Plan] = None, return_kv: bool = False,
+                branch: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None
+                ) -> Union[torch.Tensor, Tuple[torch.Tensor, KeysValues]]:
         plan = Plan.now(h.device) if plan is None else plan
         # $[W_q; W_k; W_v]$ as one product of the segment (and of the memory's keys and values)
         weights = self.projection_weights()
@@ -218,5 +222,8 @@ class XLAttention(nn.Module):
         attn_vec, _ = dispatch.attend(plan, q, **kv.attend_arguments(), scale=self.scale, masked=attn_mask,
                                       terms=terms, get_scores=dispatch.score_hook(self, terms=terms),
                                       dropout=self.dropatt, round_scores_to_float32=self.rounds_scores_to_float32)
+        if branch is not None:
+            # A memory mechanism's second attention, combined with this one (the kNN memory's gate)
+            attn_vec = branch(q, attn_vec)
         out = self._output(plan, h, attn_vec)
         return (out, kv) if return_kv else out

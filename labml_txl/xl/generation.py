@@ -90,10 +90,11 @@ def generate(model: MemTransformerLM, prompt: torch.Tensor, n_tokens: int, *, co
     require_positive_int('context', context)
     saved = (model.tgt_len, model.ext_len, model.mem_len)
     was_training = model.training
-    by_segments = model.places_rows()
+    by_segments = model.written_per_segment()
     if by_segments and not model.tgt_len:
-        raise ValueError("a model whose memory tokens are written once per segment is sampled segment by segment, of "
-                         "its tgt_len tokens, and this one has none: model.reset_length(tgt_len, 0, mem_len) first")
+        raise ValueError("a model whose memory is written once per segment (memory tokens, a kNN store) is sampled "
+                         "segment by segment, of its tgt_len tokens, and this one has none: "
+                         "model.reset_length(tgt_len, 0, mem_len) first")
     segment_len = model.tgt_len
     model.eval()
     model.reset_length(segment_len if by_segments else 1, 0, context)

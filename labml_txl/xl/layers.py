@@ -7,7 +7,7 @@ normalisation. One class for every attention type: the parameter names of each t
 (`qkv_net` for the original's types 0 and 1, `q_net` and `kv_net` otherwise) and its scheme's.
 
 The position arguments the model gives (the sinusoids and $u$, $v$ of type 0, the learned tables of type 1) go to
-the attention as they come, as do `mems_kv`, `plan` and `return_kv`; with `return_kv` the layer returns its output and
+the attention as they come, as do `mems_kv`, `plan`, `return_kv` and `branch`; with `return_kv` the layer returns its output and
 the attention's `KeysValues`.
 """
 from typing import Optional
@@ -42,10 +42,11 @@ class DecoderLayer(nn.Module):
 
     def forward(self, dec_inp: torch.Tensor, *position_args: torch.Tensor,
                 dec_attn_mask: Optional[torch.Tensor] = None, mems: Optional[torch.Tensor] = None,
-                mems_kv: Optional[torch.Tensor] = None, plan: Optional[Plan] = None, return_kv: bool = False):
+                mems_kv: Optional[torch.Tensor] = None, plan: Optional[Plan] = None, return_kv: bool = False,
+                branch=None):
         plan = Plan.now(dec_inp.device) if plan is None else plan
         output = self.dec_attn(dec_inp, *position_args, attn_mask=dec_attn_mask, mems=mems, mems_kv=mems_kv,
-                               plan=plan, return_kv=return_kv)
+                               plan=plan, return_kv=return_kv, branch=branch)
         if return_kv:
             output, kv = output
             return self.pos_ff(output, plan=plan), kv

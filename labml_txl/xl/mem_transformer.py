@@ -42,11 +42,12 @@ other scheme keeps its positions in its attention (`positions/`).
 
 Transformer-XL's memory is the first of the memory mechanisms (`labml_txl/memories/`, `docs/memories.md`); every
 registered one is built when its size setting is above 0 (the compressed memory with `cmem_len > 0`, the Recurrent
-Memory Transformer's memory tokens with `n_mem_tokens > 0`, ...), and the recurrence carries them through the same
-segment step. What a mechanism joins before the memory each layer attends over as one longer memory,
-`[compressed memory, memory, segment]`, and what it places around the segment (memory tokens) the layers compute with
-it, under every attention type; its state follows the memories in the list a segment takes and returns
-(`memories/state.py`).
+Memory Transformer's memory tokens with `n_mem_tokens > 0`, the Memorizing Transformer's kNN memory with
+`knn_mem_size > 0`, ...), and the recurrence carries them through the same segment step. What a mechanism joins
+before the memory each layer attends over as one longer memory, `[compressed memory, memory, segment]`, what it places
+around the segment (memory tokens) the layers compute with it, under every attention type, and a layer's second
+attention (the kNN memory's retrieval) is combined with the layer's own before its output projection; its state
+follows the memories in the list a segment takes and returns (`memories/state.py`).
 """
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -161,8 +162,10 @@ class MemTransformerLM(nn.Module):
             et al., 2020: per layer, up to `cmem_len` compressions of the memories that fall out of `mem_len`,
             attended before the memory, with every attention type; 0, the default, for none), `compression_rate`
             (how many memories make one compressed row; at most `mem_len`) and `compression` (`'conv'`, the paper's
-            best, a learned 1D convolution of kernel and stride `compression_rate`, `'max_pool'` or `'mean_pool'`).
-            A mechanism's state follows the memories in the list of memories (`n_layer` compressed memories).
+            best, a learned 1D convolution of kernel and stride `compression_rate`, `'max_pool'` or `'mean_pool'`);
+            the memory tokens' `n_mem_tokens` and `bptt_segments` (`memories/recurrent.py`); the kNN memory's
+            `knn_mem_size`, `knn_k`, `knn_layers` and `knn_index` (`memories/knn.py`). A mechanism's state follows
+            the memories in the list of memories (`n_layer` compressed memories, ...).
 
     Shape:
         `data` `[qlen, bsz]` token ids; `target` `[tgt_len, bsz]` with `tgt_len <= qlen` (the last `tgt_len`
@@ -258,10 +261,11 @@ class MemTransformerLM(nn.Module):
         those they join before the memory and those they place around the segment."""
         return sum(mechanism.joined_length() + mechanism.placed_length() for mechanism in self.memories_on())
 
-    def places_rows(self) -> bool:
-        """Whether a mechanism that is on places rows around each segment (the Recurrent Memory Transformer's memory
-        tokens): its state then changes once per call, so a segment's tokens are computed in one call."""
-        return any(mechanism.placed_length() > 0 for mechanism in self.memories_on())
+    def written_per_segment(self) -> bool:
+        """Whether a mechanism that is on changes its state once per segment (the Recurrent Memory Transformer's
+        memory tokens, the kNN memory's store), so a segment's tokens are computed in one call, over the state before
+        it."""
+        return any(mechanism.written_per_segment for mechanism in self.memories_on())
 
     def gradient_segments(self) -> int:
         """Through how many segments training back-propagates into the mechanisms' states (1: none before; the
@@ -441,9 +445,14 @@ class MemTransformerLM(nn.Module):
         keep_kv = self._memory.keeps_keys_values(plan, exact=self._model_positions.projects_memory_as_is
                                                  and self.mem_len > 0 and self._added_rows() == 0)
         mems_kv = self._memory.kept_keys_values(self.layers, mems if mlen > 0 and keep_kv else None)
+        # Each layer's second attention, where a mechanism adds one (the kNN memory's retrieval); and whether the
+        # layers' keys and values are wanted: kept for the next segment, or read by a mechanism
+        branches = [self._attention_branch(states, i) for i in range(self.n_layer)]
+        want_kv = keep_kv or any(mechanism.reads_keys_values for mechanism in on)
         window, parts = self._attention_window(klen), self._memory.layer_parts(self.layers)
         if dispatch.decoder_layers(plan, core_out, klen, window, parts, [alen == 0 or kv is not None
-                                                                          for kv in mems_kv]) == 'fused':
+                                                                          for kv in mems_kv],
+                                   [branch is not None for branch in branches]) == 'fused':
             hids, keys_values = self._fused_layers(plan, core_out, klen, window, parts, mems_kv, pos_emb)
         else:
             hids, keys_values = [core_out], []
@@ -452,8 +461,8 @@ class MemTransformerLM(nn.Module):
                 layer_in, mems_i, position_args = self._layer_inputs(i, hids[-1], attended[i] if alen > 0 else None,
                                                                      alen, klen, pos_emb)
                 out = layer(layer_in, *position_args, dec_attn_mask=mask, mems=mems_i, mems_kv=mems_kv[i],
-                            plan=plan, return_kv=keep_kv)
-                if keep_kv:
+                            plan=plan, return_kv=want_kv, branch=branches[i])
+                if want_kv:
                     out, kv = out
                     keys_values.append(kv)
                 hids.append(out)
@@ -468,8 +477,8 @@ class MemTransformerLM(nn.Module):
             # (the compressed memory takes whole groups of `compression_rate` rows)
             beg = mechanism.evicted_rows(beg)
         segment = Segment(plan, self.layers, hids, None if mems is None else [held_rows(m) for m in mems], beg, end,
-                          self._memory, keys_values if keep_kv else [], outputs=outputs, placed=placed,
-                          carry_gradient=carry_gradient)
+                          self._memory, keys_values if want_kv else [], outputs=outputs, placed=placed,
+                          carry_gradient=carry_gradient, tokens=tokens, keeps_keys_values=keep_kv)
         # $m^{n-1}_{\tau+1} = [m^{n-1}_\tau \circ h^{n-1}_{\tau+1}]_{[beg, end)}$, and each mechanism's next state
         new_states = {mechanism: mechanism.next_state(states[mechanism], segment) for mechanism in on}
         aux_losses = {}
@@ -515,6 +524,16 @@ class MemTransformerLM(nn.Module):
                 return None
             attended.append(parts[0] if len(parts) == 1 else torch.cat(parts))
         return attended
+
+    def _attention_branch(self, states: Dict[MemoryMechanism, Dict[str, List[torch.Tensor]]], layer: int):
+        """Layer `layer`'s second attention (`MemoryMechanism.attention_branch`), or None; at most one mechanism adds
+        one to a layer."""
+        branches = [branch for branch in (mechanism.attention_branch(state, layer)
+                                          for mechanism, state in states.items()) if branch is not None]
+        if len(branches) > 1:
+            raise ValueError(f"layer {layer} is given {len(branches)} second attentions by the memory mechanisms: at "
+                             f"most one mechanism may add one to a layer")
+        return branches[0] if branches else None
 
     def _fused_layers(self, plan: Plan, core_out: torch.Tensor, klen: int, window: int,
                       parts: List[fused_step.LayerParts], mems_kv: List[Optional[torch.Tensor]],

@@ -45,7 +45,7 @@ def test_off_is_transformer_xl_exactly():
     and `bptt_segments` alone changes nothing (the trainer's window is one segment)."""
     xl, off = _model(mem_len=5).eval(), _model(mem_len=5, n_mem_tokens=0, bptt_segments=3).eval()
     assert list(off.state_dict()) == list(xl.state_dict()) and off.memory_tokens is None
-    assert off.gradient_segments() == 1 and not off.places_rows()
+    assert off.gradient_segments() == 1 and not off.written_per_segment()
     mems_xl, mems_off = [], []
     for data, target in _segments():
         loss_xl, *mems_xl = xl(data, target, *mems_xl)
