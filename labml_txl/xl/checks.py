@@ -8,7 +8,7 @@ from typing import Sequence
 
 import torch
 
-from ..errors import require_positive_int
+from ..errors import require_bool, require_positive_int
 
 
 def check_cutoffs(cutoffs: Sequence[int], n_token: int) -> list:
@@ -85,3 +85,48 @@ def check_same_length(same_length: bool, mem_len: int) -> None:
 def check_clamp_len(clamp_len: int) -> None:
     if isinstance(clamp_len, bool) or not isinstance(clamp_len, int):
         raise ValueError(f"clamp_len={clamp_len!r} is not accepted: an integer (<= 0 for no clipping)")
+
+
+def require_token_tensor(name: str, value, device: torch.device) -> None:
+    """
+    A `TypeError` unless the token ids `value` (the argument `name`) are a `torch.Tensor`, naming the type given,
+    the type taken, and the conversion.
+
+    Ids that are not a tensor (a numpy array, a list) are refused, not converted: torch's own modules refuse them
+    (`nn.Embedding` takes only tensors), and a conversion here would choose for the caller what only the caller
+    knows: the device (a numpy array is on the host, the model may be on a GPU: a copy at every call of a
+    generation loop), and the dtype (numpy's default integer is int32 on Windows and int64 elsewhere; a float array
+    holds no ids). Everything the model returns (losses, memories) is a tensor; one `torch.as_tensor` by the caller
+    keeps the whole loop in tensors.
+    """
+    if isinstance(value, torch.Tensor):
+        return
+    kind = type(value)
+    given = kind.__qualname__ if kind.__module__ == 'builtins' else f'{kind.__module__}.{kind.__qualname__}'
+    raise TypeError(f"{name} must be a torch.Tensor [seq_len, batch] of token ids (torch.long or torch.int32), got "
+                    f"{given}: convert it with torch.as_tensor({name}, device={str(device)!r})")
+
+
+def check_forward_flags(return_aux_losses, return_reconstruction_loss, carry_gradient, has_compressed_memory: bool
+                        ) -> None:
+    """An exception unless `forward`'s flags are booleans that fit together and fit the model."""
+    require_bool('return_aux_losses', return_aux_losses)
+    require_bool('return_reconstruction_loss', return_reconstruction_loss)
+    require_bool('carry_gradient', carry_gradient)
+    if return_reconstruction_loss and not has_compressed_memory:
+        raise ValueError("return_reconstruction_loss=True is not accepted with cmem_len=0: the loss trains the "
+                         "compression of a compressed memory, and this model has none (set cmem_len > 0)")
+    if return_reconstruction_loss and return_aux_losses:
+        raise ValueError("return_aux_losses=True and return_reconstruction_loss=True are not accepted together: "
+                         "the auxiliary losses hold the reconstruction loss (as 'reconstruction')")
+
+
+def check_target_shape(target: torch.Tensor, data: torch.Tensor) -> None:
+    """A `ValueError` unless `target` is `[tgt_len, bsz]` with `tgt_len <= qlen` for `data` `[qlen, bsz]`, saying so
+    where it looks transposed."""
+    if target.shape[1] != data.shape[1] or target.shape[0] > data.shape[0]:
+        transposed = target.shape[0] == data.shape[1] and target.shape[1] <= data.shape[0]
+        hint = (' It looks transposed: both are [seq_len, batch], not [batch, seq_len].' if transposed else '')
+        raise ValueError(f"target of shape {list(target.shape)} is not accepted with data of shape "
+                         f"{list(data.shape)}: expected [tgt_len, {data.shape[1]}] with "
+                         f"1 <= tgt_len <= {data.shape[0]} (the last tgt_len inputs are scored).{hint}")

@@ -5,11 +5,11 @@ Generation feeds the prompt once, then one token at a time: each step computes o
 to the cached memories of the positions before it (Transformer-XL's evaluation speed-up, the paper's Table 9),
 so nothing is recomputed. The memory holds the last `context` positions, the context every new token sees.
 
-A model with a memory mechanism that places rows around each segment (the Recurrent Memory Transformer's memory
-tokens, `memories/recurrent.py`) updates that memory once per segment, so it is sampled segment by segment as it was
-trained: each new token is computed with the current segment's tokens so far over the state before that segment, and
-a segment of `tgt_len` tokens, once complete, gives the state of the next (a token's output does not depend on the
-rows written after the segment, which it cannot see).
+A model with a memory mechanism written once per segment (the Recurrent Memory Transformer's memory tokens,
+`memories/recurrent.py`; the kNN memory's store, `memories/knn.py`) is sampled segment by segment as it was trained:
+each new token is computed with the current segment's tokens so far over the state before that segment, and
+a segment of `tgt_len` tokens, once complete, gives the state of the next (a token's output does not depend on what
+is written after the segment: the write memory it cannot see, the keys its segment adds to the store).
 
 The next token is drawn from $p(w) \propto \exp(\log p(w) / T)$ at temperature $T$, restricted to the `top_k`
 most likely tokens and to the smallest set whose probabilities add up to `top_p` (nucleus sampling).
@@ -20,7 +20,7 @@ import torch
 
 from ..errors import require_positive_int
 from . import MemTransformerLM
-from .mem_transformer import require_token_tensor
+from .checks import require_token_tensor
 
 
 def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
@@ -80,7 +80,7 @@ def generate(model: MemTransformerLM, prompt: torch.Tensor, n_tokens: int, *, co
         returns `[n_tokens, batch]`.
 
     `prompt` is a tensor, as the model takes: a numpy array or a list is a `TypeError` saying how to convert it
-    (`xl.mem_transformer.require_token_tensor` says why it is not converted here).
+    (`xl.checks.require_token_tensor` says why it is not converted here).
     """
     require_token_tensor('prompt', prompt, model.word_emb.emb_layers[0].weight.device)
     if prompt.dim() != 2 or prompt.shape[0] < 1:

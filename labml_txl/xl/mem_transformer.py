@@ -49,6 +49,7 @@ around the segment (memory tokens) the layers compute with it, under every atten
 attention (the kNN memory's retrieval) is combined with the layer's own before its output projection; its state
 follows the memories in the list a segment takes and returns (`memories/state.py`).
 """
+from dataclasses import astuple
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -59,7 +60,7 @@ from ..errors import require_bool
 from ..fast import dispatch
 from ..fast.dispatch import Plan, check_impl
 from ..fast.dropout import Dropout
-from ..memories import registry as memory_registry
+from ..memories.carried import BuiltMechanisms, SegmentStates
 from ..memories.mechanism import MemoryMechanism, ModelSizes, Segment
 from ..memories.state import StateLayout
 from ..positions import registry
@@ -68,7 +69,8 @@ from . import fused_step
 from .adaptive_embedding import AdaptiveEmbedding
 from .attention import KeysValues
 from .arguments import check_model_arguments
-from .checks import check_clamp_len, check_lengths, check_same_length, check_tokens
+from .checks import (check_clamp_len, check_forward_flags, check_lengths, check_same_length, check_target_shape,
+                     check_tokens, require_token_tensor)
 from .formats import hf as hf_format
 from .init import init_weights
 from .layers import DecoderLayer
@@ -76,26 +78,6 @@ from .output_head import OutputHead
 from .memory import ModelMemory, held_rows
 from .model_positions import model_positions
 
-
-
-def require_token_tensor(name: str, value, device: torch.device) -> None:
-    """
-    A `TypeError` unless the token ids `value` (the argument `name`) are a `torch.Tensor`, naming the type given,
-    the type taken, and the conversion.
-
-    Ids that are not a tensor (a numpy array, a list) are refused, not converted: torch's own modules refuse them
-    (`nn.Embedding` takes only tensors), and a conversion here would choose for the caller what only the caller
-    knows: the device (a numpy array is on the host, the model may be on a GPU: a copy at every call of a
-    generation loop), and the dtype (numpy's default integer is int32 on Windows and int64 elsewhere; a float array
-    holds no ids). Everything the model returns (losses, memories) is a tensor; one `torch.as_tensor` by the caller
-    keeps the whole loop in tensors.
-    """
-    if isinstance(value, torch.Tensor):
-        return
-    kind = type(value)
-    given = kind.__qualname__ if kind.__module__ == 'builtins' else f'{kind.__module__}.{kind.__qualname__}'
-    raise TypeError(f"{name} must be a torch.Tensor [seq_len, batch] of token ids (torch.long or torch.int32), got "
-                    f"{given}: convert it with torch.as_tensor({name}, device={str(device)!r})")
 
 
 class MemTransformerLM(nn.Module):
@@ -135,37 +117,25 @@ class MemTransformerLM(nn.Module):
             and `r_r_bias`, as the authors' TensorFlow code and their published WikiText-103 model have them.
         init, init_range, init_std, proj_init_std: (new) the original's initialisation (`xl.init.init_weights`),
             applied in the constructor.
-        original_numerics: (new) every numerical choice of the original where this package differs by default,
-            for checkpoints trained with it (the published ones load with it on): the scaled scores of
-            `attn_type` 0 rounded to float32 before the softmax (`attn_score.float()`: nothing changes in float32 or
-            lower precision, in float64 the original's numbers to the last bits, at the cost of float32 rounding),
-            and with `pre_lnorm` the queries of types 2 and 3 from the un-normalised input (the keys and values
-            from the normalised one). Not accepted with the types the original does not have (4 on). It does not
-            copy the original's in-place addition of positions to the cached memories of types 2 and 3 (which
-            counts them again at every segment: an aliasing bug, not a choice of numerics). Off by default.
-
+        original_numerics: (new) every numerical choice of the original where this package differs by default
+            (the published checkpoints load with it on): the scaled scores of `attn_type` 0 rounded to float32 before
+            the softmax (a change in float64 only), and with `pre_lnorm` the queries of types 2 and 3 from the
+            un-normalised input. Only for the original's types 0-3; not its in-place addition of positions to the
+            cached memories of types 2 and 3 (an aliasing bug, not a choice of numerics). Off by default.
         norm: (new) `'layer_norm'` (the original's) or `'rms_norm'` (RMSNorm, Zhang & Sennrich, 2019) in every
             layer (`labml_txl/transformer/norms.py`); either is kept as `layer_norm`, RMSNorm without a bias.
         rotary_fraction: (new) the fraction of each head's features that `attn_type` 4 rotates, in (0, 1].
         t5_num_buckets, t5_max_distance: (new) the causal distance buckets of `attn_type` 6 (`positions/t5_bias.py`).
         impl: (new) how to compute: `'auto'` (the default) lets `labml_txl.fast.dispatch` pick, per call, the fastest
-            implementation that serves it (our C++ kernels, SDPA, the head-major composite, oneDNN's prepacked
-            products; each refused path has a reason, `dispatch.recording()`); `'reference'` runs the readable
-            specification (`attention/reference.py`, `F.linear`, PyTorch's layer norm, the joint projection of
-            memory and segment, nothing kept across calls), the original's computation, to compare against. The
-            two agree to float rounding and draw the same dropout masks from the same seed. Also an attribute
-            (`model.impl = 'reference'`): it chooses how to compute, not what, so configs and checkpoints do not
-            carry it.
-        **memory_settings: (new) the settings of every registered memory mechanism (`labml_txl/memories/`, each
-            with its default, `memories.registry.settings()`), checked whether the mechanism is on or not, so a
-            sweep may set them for every run: the compressed memory's `cmem_len` (the Compressive Transformer, Rae
-            et al., 2020: per layer, up to `cmem_len` compressions of the memories that fall out of `mem_len`,
-            attended before the memory, with every attention type; 0, the default, for none), `compression_rate`
-            (how many memories make one compressed row; at most `mem_len`) and `compression` (`'conv'`, the paper's
-            best, a learned 1D convolution of kernel and stride `compression_rate`, `'max_pool'` or `'mean_pool'`);
-            the memory tokens' `n_mem_tokens` and `bptt_segments` (`memories/recurrent.py`); the kNN memory's
-            `knn_mem_size`, `knn_k`, `knn_layers` and `knn_index` (`memories/knn.py`). A mechanism's state follows
-            the memories in the list of memories (`n_layer` compressed memories, ...).
+            implementation that serves it (each refused path with a reason, `dispatch.recording()`); `'reference'`
+            runs the readable specification, the original's computation, nothing kept across calls. The two agree to
+            float rounding and draw the same dropout masks. Also an attribute (`model.impl = 'reference'`): it
+            chooses how to compute, not what, so configs and checkpoints do not carry it.
+        **memory_settings: (new) the settings of every registered memory mechanism (`memories.registry.settings()`,
+            `docs/memories.md`), checked whether it is on or not: the compressed memory's `cmem_len`,
+            `compression_rate`, `compression`; the memory tokens' `n_mem_tokens`, `bptt_segments`; the kNN memory's
+            `knn_mem_size`, `knn_k`, `knn_layers`, `knn_index`; each off at its default. A mechanism's state follows
+            the memories in the list of memories.
 
     Shape:
         `data` `[qlen, bsz]` token ids; `target` `[tgt_len, bsz]` with `tgt_len <= qlen` (the last `tgt_len`
@@ -193,9 +163,7 @@ class MemTransformerLM(nn.Module):
             proj_init_std=proj_init_std, original_numerics=original_numerics, norm=norm,
             rotary_fraction=rotary_fraction, t5_num_buckets=t5_num_buckets, t5_max_distance=t5_max_distance,
             memory_settings=memory_settings)
-        scheme, attn_type, d_embed, cutoffs = checked.scheme, checked.attn_type, checked.d_embed, checked.cutoffs
-        tie_projs, ext_len, mem_len, memory_settings = (checked.tie_projs, checked.ext_len, checked.mem_len,
-                                                        checked.memory_settings)
+        scheme, attn_type, d_embed, cutoffs, tie_projs, ext_len, mem_len, memory_settings = astuple(checked)
         # What every layer's scheme reads: a causal decoder's, with the layers' own u, v with `untie_r`
         settings = SchemeSettings(bidirectional=False, rotary_fraction=rotary_fraction, t5_num_buckets=t5_num_buckets,
                                   t5_max_distance=t5_max_distance, own_biases=untie_r)
@@ -204,10 +172,8 @@ class MemTransformerLM(nn.Module):
         self.adapt_inp, self.untie_r, self.norm, self.original_numerics = adapt_inp, untie_r, norm, original_numerics
         self.tgt_len, self.mem_len, self.ext_len, self.attn_type = tgt_len, mem_len, ext_len, attn_type
         self.same_length, self.clamp_len, self.sample_softmax = same_length, clamp_len, sample_softmax
-
         self.word_emb = AdaptiveEmbedding(n_token, d_embed, d_model, cutoffs, div_val=div_val)
         self.drop = Dropout(dropout)
-
         self.layers = nn.ModuleList(DecoderLayer(n_head, d_model, d_head, d_inner, dropout, dropatt=dropatt,
                                                  pre_lnorm=pre_lnorm, positions=registry.build(scheme, settings),
                                                  original_numerics=original_numerics, norm=norm)
@@ -215,15 +181,15 @@ class MemTransformerLM(nn.Module):
         # The adaptive softmax `crit`, or the sampled softmax's `out_layer` (`output_head.py`)
         self._head = OutputHead(self, n_token, d_embed, d_model, cutoffs, div_val, tie_weight, tie_projs,
                                 sample_softmax)
-        self._build_memories(memory_settings)
+        # Every memory mechanism that is on, at its attribute (`memories/carried.py`)
+        self._mechanisms = BuiltMechanisms(self, ModelSizes(n_layer, d_model, n_head, d_head), mem_len, memory_settings)
         # Length of the learned tables of attention types 1 and 3
-        self.max_klen = (tgt_len or 0) + ext_len + mem_len + self._added_rows()
+        self.max_klen = (tgt_len or 0) + ext_len + mem_len + self._mechanisms.added_rows(mem_len)
         # The position tables of the original's types, on the model (`model_positions.py`)
         self._model_positions = model_positions(attn_type)
         self._model_positions.add_parameters(self)
         init_weights(self, init=init, init_range=init_range, init_std=init_std, proj_init_std=proj_init_std)
-        # What evaluation keeps between calls: positions and masks, the memories' keys and values and buffers,
-        # what the decoder-layer kernel reads of each layer (`memory.py`)
+        # What evaluation keeps between calls: positions, masks, kept keys and values, buffers (`memory.py`)
         self._memory = ModelMemory()
         self.impl = impl
 
@@ -237,44 +203,21 @@ class MemTransformerLM(nn.Module):
         self._impl = check_impl(value)
         self._drop_caches()
 
-    def _build_memories(self, settings: Dict[str, Any]) -> None:
-        """Every registered mechanism that is on (its size above 0), or always built, as the model's attribute of its
-        name (so its parameters are named `compressed_memory.functions.0.conv.weight`); None at the attribute of one
-        not built."""
-        sizes = ModelSizes(self.n_layer, self.d_model, self.n_head, self.d_head)
-        self._mechanisms: List[MemoryMechanism] = []
-        for cls in memory_registry.MEMORIES.values():
-            size = self.mem_len if cls.size == 'mem_len' else settings[cls.size]
-            if size > 0 or cls.always_built:
-                mechanism = cls(sizes, {name: settings[name] for name in cls.settings})
-                self.add_module(cls.attribute, mechanism)
-                self._mechanisms.append(mechanism)
-            else:
-                setattr(self, cls.attribute, None)
-
     def memories_on(self) -> List[MemoryMechanism]:
         """The mechanisms the recurrence carries now, in the registry's order."""
-        return [mechanism for mechanism in self._mechanisms if mechanism.is_on(self.mem_len)]
-
-    def _added_rows(self) -> int:
-        """The most rows the mechanisms add to a layer's keys beyond the segment's tokens and Transformer-XL's memory:
-        those they join before the memory and those they place around the segment."""
-        return sum(mechanism.joined_length() + mechanism.placed_length() for mechanism in self.memories_on())
+        return self._mechanisms.on(self.mem_len)
 
     def written_per_segment(self) -> bool:
-        """Whether a mechanism that is on changes its state once per segment (the Recurrent Memory Transformer's
-        memory tokens, the kNN memory's store), so a segment's tokens are computed in one call, over the state before
-        it."""
+        """Whether a mechanism on changes its state once per segment (memory tokens, a kNN store), so a segment's
+        tokens are computed in one call, over the state before it."""
         return any(mechanism.written_per_segment for mechanism in self.memories_on())
 
     def gradient_segments(self) -> int:
-        """Through how many segments training back-propagates into the mechanisms' states (1: none before; the
-        Recurrent Memory Transformer's `bptt_segments`)."""
+        """Through how many segments training back-propagates into the mechanisms' states (`bptt_segments`)."""
         return max([mechanism.gradient_segments() for mechanism in self.memories_on()], default=1)
 
     def aux_loss_series(self) -> Dict[str, str]:
-        """The auxiliary losses of the mechanisms that are on, by name, and the series training tracks each as
-        (`'reconstruction'`: `'ar_loss'`)."""
+        """The auxiliary losses of the mechanisms on, by name, and the series each is tracked as (`'ar_loss'`)."""
         return {name: series for mechanism in self.memories_on() for name, series in mechanism.losses.items()}
 
     @property
@@ -307,9 +250,7 @@ class MemTransformerLM(nn.Module):
         require_bool('same_length', same_length)
         check_same_length(same_length, mem_len)
         check_clamp_len(clamp_len)
-        resets = self._memory_resets(memory_sizes)
-        for mechanism in self._mechanisms:
-            mechanism.check_reset(resets.get(mechanism, {}), mem_len)
+        resets = self._mechanisms.resets(memory_sizes, mem_len)
         # Masks with `same_length` depend on `mem_len`: start the caches afresh
         self._drop_caches()
         self.tgt_len = tgt_len
@@ -319,25 +260,6 @@ class MemTransformerLM(nn.Module):
         self.clamp_len = clamp_len
         for mechanism, sizes in resets.items():
             mechanism.reset(sizes)
-
-    def _memory_resets(self, memory_sizes: Dict[str, Any]) -> Dict[MemoryMechanism, Dict[str, Any]]:
-        """`memory_sizes` by the built mechanism they change, or an exception naming one that no mechanism has or
-        whose mechanism this model has not built (a size of 0, its value there, is no change)."""
-        known = memory_registry.settings()
-        unknown = sorted(set(memory_sizes) - set(known))
-        if unknown:
-            raise TypeError(f"reset_length got unexpected keyword arguments {unknown}: the memory mechanisms' "
-                            f"settings are {', '.join(known)}")
-        resets: Dict[MemoryMechanism, Dict[str, Any]] = {}
-        for name, value in memory_sizes.items():
-            cls = next(cls for cls in memory_registry.MEMORIES.values() if name in cls.settings)
-            mechanism = getattr(self, cls.attribute)
-            if mechanism is not None:
-                resets.setdefault(mechanism, {})[name] = value
-            elif not (name == cls.size and value == 0):
-                raise ValueError(f"{name}={value!r} is not accepted by a model built with {cls.size}=0: "
-                                 f"{cls.title} is not built (build it with {cls.size} > 0)")
-        return resets
 
     def init_mems(self, bsz: Optional[int] = None) -> Optional[List[torch.Tensor]]:
         """Empty memories (`n_layer + 1` tensors, `[0, bsz, d_model]`, or `[0]` as the original when `bsz`
@@ -350,50 +272,30 @@ class MemTransformerLM(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path, **overrides) -> 'MemTransformerLM':
-        """
-        A model from a folder as Hugging Face's `TransfoXLLMHeadModel.save_pretrained` writes it (transformers
-        4.44): `config.json` with `model.safetensors` or `pytorch_model.bin`, read without executing pickled code.
-        The config gives the constructor arguments, `overrides` (constructor keywords, e.g. `mem_len=1600`,
-        `impl='reference'`) replace them. Returned in evaluation mode, in the default dtype (float32) whatever the
-        file's, as Hugging Face returns it.
-
-        Raises an exception, before any weight is read, for a folder without a config, a `model_type` other than
-        `'transfo-xl'`, and weights that are missing, unexpected or of another shape (named, with both shapes); a
-        weight file that is truncated, damaged or asks for code is a `hf_format.PublishedFileError` (a `ValueError`)
-        naming it.
-        """
+        """A model from a folder as Hugging Face's `TransfoXLLMHeadModel.save_pretrained` writes it (transformers
+        4.44), read without executing pickled code; `overrides` (constructor keywords, e.g. `mem_len=1600`) replace
+        the config's. In evaluation mode and float32, as Hugging Face returns it; what is refused, before any weight
+        is read: `hf_format.load_pretrained`."""
         return hf_format.load_pretrained(cls, path, **overrides)
 
     def save_pretrained(self, path) -> None:
-        """
-        Write this model into the folder `path` as Hugging Face's TransfoXL: `config.json` and `model.safetensors`,
-        which `TransfoXLLMHeadModel.from_pretrained` of transformers 4.44 reads. A `ValueError` names what Hugging
-        Face cannot represent (attention types other than 0, RMSNorm, the sampled softmax, `ext_len > 0`). A failed
-        write (a full disk) is an `OSError` naming the folder, which is left as it was, or not made
-        (`hf_format.save_pretrained`).
-        """
+        """Write this model into the folder `path` as Hugging Face's TransfoXL (`config.json`, `model.safetensors`,
+        which transformers 4.44 reads); a `ValueError` names what Hugging Face cannot represent, and a failed write
+        leaves the folder as it was (`hf_format.save_pretrained`)."""
         hf_format.save_pretrained(self, path)
 
     # -- checks at the point of entry --
 
-    def _check_mems(self, plan: Plan, mems: Optional[Sequence[torch.Tensor]],
-                    bsz: int) -> Optional[List[torch.Tensor]]:
-        """The memories as a list (None when none were given), or an exception naming what is wrong."""
+    def _check_inputs(self, plan: Plan, data: torch.Tensor, mems) -> Optional[List[torch.Tensor]]:
+        """The states as a list (a new stream's where none were given), or an exception naming what is wrong."""
+        check_tokens('data', data, self.n_token, check_values=not plan.compiling)
         if mems is None or len(mems) == 0:
-            return None
-        mems = list(mems)
+            return self.init_mems(data.shape[1])
         weight = self.word_emb.emb_layers[0].weight
         # Hidden states are of the parameters' dtype, or of autocast's where it runs (a projected embedding)
         dtypes = {weight.dtype} | ({plan.autocast} if plan.autocast is not None else set())
-        StateLayout(self.memories_on()).check(mems, bsz, weight, dtypes)
-        return mems
-
-    def _check_inputs(self, plan: Plan, data: torch.Tensor, mems) -> Optional[List[torch.Tensor]]:
-        check_tokens('data', data, self.n_token, check_values=not plan.compiling)
-        mems = self._check_mems(plan, mems, data.shape[1])
-        if mems is None:
-            mems = self.init_mems(data.shape[1])
-        return mems
+        StateLayout(self.memories_on()).check(list(mems), data.shape[1], weight, dtypes)
+        return list(mems)
 
     # -- the model --
 
@@ -408,7 +310,7 @@ class MemTransformerLM(nn.Module):
     def _attention_window(self, klen: int) -> int:
         """How many keys up to its own position a query sees, of `klen`: all, or `mem_len` with `same_length` (and the
         rows the mechanisms add, e.g. `cmem_len` more with a compressed memory)."""
-        return min(self.mem_len + self._added_rows(), klen) if self.same_length else klen
+        return min(self.mem_len + self._mechanisms.added_rows(self.mem_len), klen) if self.same_length else klen
 
     def _forward(self, plan: Plan, dec_inp: torch.Tensor, all_mems: Optional[List[torch.Tensor]],
                  losses: bool = False, carry_gradient: bool = False
@@ -416,39 +318,38 @@ class MemTransformerLM(nn.Module):
         """The last layer's output `[qlen, bsz, d_model]` at the segment's tokens, the flat state for the next segment
         (`memories/state.py`; keeping its graph where a mechanism's does and `carry_gradient`) and, with `losses`,
         every mechanism's auxiliary losses of the segment by name (else none)."""
-        on = self.memories_on()
-        layout = StateLayout(on)
-        states = {} if all_mems is None else layout.unflatten(all_mems)
+        states = SegmentStates(self.memories_on(), all_mems, self.xl_memory)
         # Transformer-XL's memories $m^{n-1}$, where it is on
-        mems = states[self.xl_memory]['mem'] if self.xl_memory in states else None
-        mlen = mems[0].shape[0] if mems is not None and mems[0].dim() == 3 else 0
+        mems, mlen = states.memories, states.mlen
         # What each layer attends to before its segment, oldest first: the rows the other mechanisms join, then
         # $\mathop{SG}(m^{n-1})$ (with the compressed memory $[\mathop{SG}(cm^{n-1}) \circ \mathop{SG}(m^{n-1})]$),
         # `alen` rows
-        attended = self._attended(states, mems)
+        attended = states.attended(self.n_layer)
         alen = 0 if attended is None else attended[0].shape[0]
         # $h^0$, the word embeddings, with the rows mechanisms place around them (the Recurrent Memory Transformer's
         # read and write memory tokens): `qlen` rows in all, the segment's tokens at `tokens`
-        core_out, tokens, placed = self._first_layer_input(states, dec_inp)
+        core_out, tokens, placed = states.first_layer_rows(self.word_emb(dec_inp))
+        core_out = self.drop(core_out)
         qlen = core_out.shape[0]
         klen = alen + qlen
         mask = self._memory.shaped(plan, ('mask', qlen, alen, self.mem_len, self.same_length, core_out.device),
                                    lambda: self._attn_mask(qlen, alen, core_out.device))
         # What the original's types read of positions in every layer (the sinusoids of types 0 and 2,
         # `[klen, 1, d_model]`)
-        longest = self._added_rows() + self.mem_len + max(qlen, self.tgt_len or 0)
+        added = self._mechanisms.added_rows(self.mem_len)
+        longest = added + self.mem_len + max(qlen, self.tgt_len or 0)
         pos_emb = self._model_positions.shared(self, plan, klen, longest, core_out)
         pos_emb = None if pos_emb is None else self.drop(pos_emb)
         # The keys and values of each memory, kept from the segment before where this call keeps them (`kv_memo.py`:
         # without gradients, for the types whose memory is projected as it is, all but 2 and 3; not where a mechanism
         # joins rows before the memory, which it joins anew at every segment)
         keep_kv = self._memory.keeps_keys_values(plan, exact=self._model_positions.projects_memory_as_is
-                                                 and self.mem_len > 0 and self._added_rows() == 0)
+                                                 and self.mem_len > 0 and added == 0)
         mems_kv = self._memory.kept_keys_values(self.layers, mems if mlen > 0 and keep_kv else None)
         # Each layer's second attention, where a mechanism adds one (the kNN memory's retrieval); and whether the
         # layers' keys and values are wanted: kept for the next segment, or read by a mechanism
-        branches = [self._attention_branch(states, i) for i in range(self.n_layer)]
-        want_kv = keep_kv or any(mechanism.reads_keys_values for mechanism in on)
+        branches = states.attention_branches(self.n_layer)
+        want_kv = keep_kv or states.reads_keys_values()
         window, parts = self._attention_window(klen), self._memory.layer_parts(self.layers)
         if dispatch.decoder_layers(plan, core_out, klen, window, parts, [alen == 0 or kv is not None
                                                                           for kv in mems_kv],
@@ -458,8 +359,8 @@ class MemTransformerLM(nn.Module):
             hids, keys_values = [core_out], []
             for i, layer in enumerate(self.layers):
                 # $h^n = \mathop{Layer}^n(h^{n-1}, [\mathop{SG}(m^{n-1}) \circ h^{n-1}])$
-                layer_in, mems_i, position_args = self._layer_inputs(i, hids[-1], attended[i] if alen > 0 else None,
-                                                                     alen, klen, pos_emb)
+                layer_in, mems_i, position_args = self._model_positions.layer_inputs(
+                    self, i, hids[-1], attended[i] if alen > 0 else None, alen, klen, pos_emb)
                 out = layer(layer_in, *position_args, dec_attn_mask=mask, mems=mems_i, mems_kv=mems_kv[i],
                             plan=plan, return_kv=want_kv, branch=branches[i])
                 if want_kv:
@@ -470,70 +371,13 @@ class MemTransformerLM(nn.Module):
         if placed:
             # (the rows at the segment's tokens: those of the placed rows are the mechanisms')
             hids = [h[tokens] for h in hids]
-        if not states:
+        if not states.states:
             return self.drop(hids[-1]), [], {}
         beg, end = self._mem_bounds(dec_inp.shape[0], mlen)
-        for mechanism in on:
-            # (the compressed memory takes whole groups of `compression_rate` rows)
-            beg = mechanism.evicted_rows(beg)
-        segment = Segment(plan, self.layers, hids, None if mems is None else [held_rows(m) for m in mems], beg, end,
-                          self._memory, keys_values if want_kv else [], outputs=outputs, placed=placed,
-                          carry_gradient=carry_gradient, tokens=tokens, keeps_keys_values=keep_kv)
-        # $m^{n-1}_{\tau+1} = [m^{n-1}_\tau \circ h^{n-1}_{\tau+1}]_{[beg, end)}$, and each mechanism's next state
-        new_states = {mechanism: mechanism.next_state(states[mechanism], segment) for mechanism in on}
-        aux_losses = {}
-        if losses:
-            for mechanism in on:
-                aux_losses.update(mechanism.aux_losses(states[mechanism], segment))
-        return self.drop(hids[-1]), layout.flatten(new_states), aux_losses
-
-    def _first_layer_input(self, states: Dict[MemoryMechanism, Dict[str, List[torch.Tensor]]], dec_inp: torch.Tensor
-                           ) -> Tuple[torch.Tensor, slice, Dict[MemoryMechanism, Tuple[slice, slice]]]:
-        """The first layer's input after dropout: the word embeddings with the rows every mechanism places before and
-        after them, in the registry's order; the slice of its rows that are the segment's tokens, and each placing
-        mechanism's slices (before, after)."""
-        embedded = self.word_emb(dec_inp)
-        bsz, before, after, rows = embedded.shape[1], [], [], {}
-        for mechanism, state in states.items():
-            ahead, behind = mechanism.placed_rows(state, bsz, embedded)
-            rows[mechanism] = (0 if ahead is None else ahead.shape[0], 0 if behind is None else behind.shape[0])
-            before += [] if ahead is None else [ahead]
-            after += [] if behind is None else [behind]
-        if not before and not after:
-            return self.drop(embedded), slice(0, embedded.shape[0]), {}
-        start = sum(r.shape[0] for r in before)
-        tokens = slice(start, start + embedded.shape[0])
-        placed, ahead_at, behind_at = {}, 0, tokens.stop
-        for mechanism, (ahead, behind) in rows.items():
-            if ahead or behind:
-                placed[mechanism] = (slice(ahead_at, ahead_at + ahead), slice(behind_at, behind_at + behind))
-            ahead_at, behind_at = ahead_at + ahead, behind_at + behind
-        return self.drop(torch.cat(before + [embedded] + after)), tokens, placed
-
-    def _attended(self, states: Dict[MemoryMechanism, Dict[str, List[torch.Tensor]]],
-                  mems: Optional[List[torch.Tensor]]) -> Optional[List[torch.Tensor]]:
-        """Per layer, the rows it attends to before its segment, oldest first: the rows every mechanism but
-        Transformer-XL's joins (in the registry's order), then Transformer-XL's memory; None where there are none."""
-        attended = []
-        for i in range(self.n_layer):
-            parts = [mechanism.joined_rows(state, i) for mechanism, state in states.items()
-                     if mechanism is not self.xl_memory]
-            parts = [rows for rows in parts + [None if mems is None else mems[i]]
-                     if rows is not None and held_rows(rows) is not None]
-            if not parts:
-                return None
-            attended.append(parts[0] if len(parts) == 1 else torch.cat(parts))
-        return attended
-
-    def _attention_branch(self, states: Dict[MemoryMechanism, Dict[str, List[torch.Tensor]]], layer: int):
-        """Layer `layer`'s second attention (`MemoryMechanism.attention_branch`), or None; at most one mechanism adds
-        one to a layer."""
-        branches = [branch for branch in (mechanism.attention_branch(state, layer)
-                                          for mechanism, state in states.items()) if branch is not None]
-        if len(branches) > 1:
-            raise ValueError(f"layer {layer} is given {len(branches)} second attentions by the memory mechanisms: at "
-                             f"most one mechanism may add one to a layer")
-        return branches[0] if branches else None
+        segment = Segment(plan, self.layers, hids, None if mems is None else [held_rows(m) for m in mems],
+                          states.evicted(beg), end, self._memory, keys_values if want_kv else [], outputs=outputs,
+                          placed=placed, carry_gradient=carry_gradient, tokens=tokens, keeps_keys_values=keep_kv)
+        return (self.drop(hids[-1]),) + states.after(segment, losses)
 
     def _fused_layers(self, plan: Plan, core_out: torch.Tensor, klen: int, window: int,
                       parts: List[fused_step.LayerParts], mems_kv: List[Optional[torch.Tensor]],
@@ -542,16 +386,11 @@ class MemTransformerLM(nn.Module):
         decoder-layer kernel (`fused_step.py`), each layer's position terms from its attention."""
         qlen, mlen = core_out.shape[0], klen - core_out.shape[0]
         terms = [layer.dec_attn.position_terms(plan, qlen, klen, core_out,
-                                               *self._layer_inputs(i, core_out, None, mlen, klen, pos_emb)[2])
+                                               *self._model_positions.layer_inputs(self, i, core_out, None, mlen, klen,
+                                                                                   pos_emb)[2])
                  for i, layer in enumerate(self.layers)]
         outputs, keys_values = fused_step.run(core_out, window, parts, terms, mems_kv)
         return [core_out] + outputs, keys_values
-
-    def _layer_inputs(self, i: int, core_out: torch.Tensor, mems_i: Optional[torch.Tensor], mlen: int, klen: int,
-                      pos_emb: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Optional[torch.Tensor], tuple]:
-        """What layer `i` takes: its input, its memory (with the positions the absolute types add) and the position
-        arguments of its attention (`model_positions.py`)."""
-        return self._model_positions.layer_inputs(self, i, core_out, mems_i, mlen, klen, pos_emb)
 
     def _mem_bounds(self, qlen: int, mlen: int) -> Tuple[int, int]:
         """`[beg, end)` of `[memory, segment]` that becomes the next memory, by the original's rule (see the
@@ -563,45 +402,26 @@ class MemTransformerLM(nn.Module):
                 return_aux_losses: bool = False, return_reconstruction_loss: bool = False,
                 carry_gradient: bool = False) -> List[Any]:
         """
-        The original's calling convention: `[loss, *new_mems]`, loss `[tgt_len, bsz]` in position order
-        (`new_mems` empty when no mechanism keeps a state; the compressed memories after the memories where
-        `cmem_len > 0`, `memories/state.py`). In
-        training with `sample_softmax > 0` the loss is the sampled softmax's; otherwise the full (adaptive)
-        softmax's negative log-likelihood. `data` and `target` are tensors: a numpy array or a list is a `TypeError`
-        saying how to convert it (`require_token_tensor` says why).
+        The original's calling convention: `[loss, *new_mems]`, loss `[tgt_len, bsz]` in position order, `new_mems`
+        every state (`memories/state.py`; empty where none is kept). The loss is the sampled softmax's in training
+        with `sample_softmax > 0`, else the full (adaptive) softmax's negative log-likelihood. `data` and `target`
+        are tensors (`checks.require_token_tensor` says why a list is refused).
 
-        With `return_aux_losses`, `[loss, aux_losses, *new_mems]`: the auxiliary losses of the mechanisms that are on,
-        a scalar by name (`MemoryMechanism.losses`; empty where none has one), which training adds weighted by name.
-        With `return_reconstruction_loss` (a model with a compressed memory only), `[loss, reconstruction_loss,
-        *new_mems]`: the compressed memory's `'reconstruction'`, the attention-reconstruction loss (a scalar,
-        `memories/compressed.py`) of the memories this segment compresses, zero where it compresses none, whose
-        gradient reaches the compression functions only.
-
-        With `carry_gradient`, the states of mechanisms trained through the recurrence (the Recurrent Memory
-        Transformer's memory tokens) keep their graph, so that a loss of a later segment back-propagates into this one
-        (training's window of `gradient_segments()` segments); otherwise every state is detached.
+        With `return_aux_losses`, `[loss, aux_losses, *new_mems]`: the mechanisms' auxiliary losses, a scalar by name
+        (`MemoryMechanism.losses`), which training weighs by name. With `return_reconstruction_loss` (a compressed
+        memory only), `[loss, reconstruction_loss, *new_mems]`: its `'reconstruction'` loss of the memories this
+        segment compresses (`memories/compressed.py`). With `carry_gradient`, the states trained through the
+        recurrence (memory tokens) keep their graph, for training's window of `gradient_segments()` segments.
         """
         device = self.word_emb.emb_layers[0].weight.device
         require_token_tensor('data', data, device)
         require_token_tensor('target', target, device)
-        require_bool('return_aux_losses', return_aux_losses)
-        require_bool('return_reconstruction_loss', return_reconstruction_loss)
-        require_bool('carry_gradient', carry_gradient)
-        if return_reconstruction_loss and self.compressed_memory is None:
-            raise ValueError("return_reconstruction_loss=True is not accepted with cmem_len=0: the loss trains the "
-                             "compression of a compressed memory, and this model has none (set cmem_len > 0)")
-        if return_reconstruction_loss and return_aux_losses:
-            raise ValueError("return_aux_losses=True and return_reconstruction_loss=True are not accepted together: "
-                             "the auxiliary losses hold the reconstruction loss (as 'reconstruction')")
+        check_forward_flags(return_aux_losses, return_reconstruction_loss, carry_gradient,
+                            self.compressed_memory is not None)
         plan = Plan.now(data.device, self.impl)
         mems = self._check_inputs(plan, data, mems)
         check_tokens('target', target, self.n_token, check_values=not plan.compiling)
-        if target.shape[1] != data.shape[1] or target.shape[0] > data.shape[0]:
-            transposed = target.shape[0] == data.shape[1] and target.shape[1] <= data.shape[0]
-            hint = (' It looks transposed: both are [seq_len, batch], not [batch, seq_len].' if transposed else '')
-            raise ValueError(f"target of shape {list(target.shape)} is not accepted with data of shape "
-                             f"{list(data.shape)}: expected [tgt_len, {data.shape[1]}] with "
-                             f"1 <= tgt_len <= {data.shape[0]} (the last tgt_len inputs are scored).{hint}")
+        check_target_shape(target, data)
         tgt_len = target.shape[0]
         hidden, new_mems, aux_losses = self._forward(plan, data, mems, return_aux_losses or return_reconstruction_loss,
                                                      carry_gradient)
@@ -617,15 +437,12 @@ class MemTransformerLM(nn.Module):
     def forward_hidden(self, data: torch.Tensor, mems: Optional[Sequence[torch.Tensor]] = None
                        ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
         """
-        Hidden states of the last layer and the memories for the next segment.
+        Hidden states of the last layer and the states for the next segment (`data` a tensor, as for `forward`).
 
         Shape:
             `data` `[qlen, bsz]`; `mems` as returned before (None or `[]` for a new stream); returns
-            `hidden` `[qlen, bsz, d_model]` and `n_layer + 1` memories (`[]` when `mem_len` is 0), then every other
-            mechanism's state (`n_layer` compressed memories where `cmem_len > 0`).
-
-        `data` is a tensor (also for `log_probs` and `logits`, which call this): a numpy array or a list is a
-        `TypeError` saying how to convert it (`require_token_tensor` says why).
+            `hidden` `[qlen, bsz, d_model]` and `n_layer + 1` memories (none when `mem_len` is 0), then every other
+            mechanism's state.
         """
         require_token_tensor('data', data, self.word_emb.emb_layers[0].weight.device)
         plan = Plan.now(data.device, self.impl)

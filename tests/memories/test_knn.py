@@ -18,6 +18,7 @@ from labml_txl.memories.state import StateLayout
 from labml_txl.xl import MemTransformerLM
 from labml_txl.xl.generation import generate
 
+from memories.sampling import greedy_by_recomputation
 from xl.helpers import small_config
 
 
@@ -143,14 +144,7 @@ def test_generation_is_the_segment_by_segment_computation():
         model.knn_memory.gate.fill_(2.0)
     prompt = _tokens(6, seed=4)
     ours = generate(model, prompt, 10, context=4, top_k=1)
-    text = prompt
-    with torch.no_grad():
-        for _ in range(10):
-            mems = None
-            for start in range(0, text.shape[0], 4):
-                log_probs, mems = model.log_probs(text[start:start + 4], mems)
-            text = torch.cat([text, log_probs[-1].argmax(-1)[None]])
-    assert torch.equal(ours, text[6:])
+    assert torch.equal(ours, greedy_by_recomputation(model, prompt, 10, 4))
 
 
 def test_bad_settings_are_refused(tmp_path, monkeypatch):

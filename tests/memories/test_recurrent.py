@@ -14,6 +14,7 @@ from labml_txl.xl import MemTransformerLM
 from labml_txl.xl.generation import generate
 from tolerance import assert_same_function
 
+from memories.sampling import greedy_by_recomputation
 from xl.helpers import small_config
 
 
@@ -155,14 +156,7 @@ def test_generation_is_the_segment_by_segment_computation():
     model = _model(mem_len=4, n_mem_tokens=2, tgt_len=4, init_std=0.5, seed=3).eval()
     prompt = _tokens(6, seed=4)
     ours = generate(model, prompt, 10, context=4, top_k=1)
-    text = prompt
-    with torch.no_grad():
-        for _ in range(10):
-            mems = None
-            for start in range(0, text.shape[0], 4):
-                log_probs, mems = model.log_probs(text[start:start + 4], mems)
-            text = torch.cat([text, log_probs[-1].argmax(-1)[None]])
-    assert torch.equal(ours, text[6:])
+    assert torch.equal(ours, greedy_by_recomputation(model, prompt, 10, 4))
     # (one token per call: the memory written after every token)
     with torch.no_grad():
         log_probs, mems = model.log_probs(prompt)
