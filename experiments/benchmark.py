@@ -552,8 +552,11 @@ def measure_table9(cfg: BenchConfig, lengths: List[int], repeats: int = 15, devi
 
 
 # The memory mechanisms of `labml_txl/memories/` against Transformer-XL's memory, the same model otherwise: the
-# compressed memory keeps as many rows a query sees, the memory tokens (RMT) `MECHANISM_TOKENS` of them
+# compressed memory keeps as many rows a query sees, the memory tokens (RMT) `MECHANISM_TOKENS` of them, the kNN memory
+# (one layer) retrieves `MECHANISM_NEIGHBOURS` of a store of `KNN_STORE` times the memory
 MECHANISM_TOKENS = 16
+MECHANISM_NEIGHBOURS = 32
+KNN_STORE = 4
 
 
 def mechanism_models(cfg: BenchConfig, device: str) -> Dict[str, MemTransformerLM]:
@@ -568,6 +571,8 @@ def mechanism_models(cfg: BenchConfig, device: str) -> Dict[str, MemTransformerL
                                                                    n_mem_tokens=MECHANISM_TOKENS),
         f'memory tokens ({MECHANISM_TOKENS}) + XL memory ({cfg.mem_len})': make_xl(
             cfg, device=device, n_mem_tokens=MECHANISM_TOKENS),
+        f'kNN memory ({MECHANISM_NEIGHBOURS} of {KNN_STORE * cfg.mem_len}, one layer) + XL memory ({cfg.mem_len})':
+            make_xl(cfg, device=device, knn_mem_size=KNN_STORE * cfg.mem_len, knn_k=MECHANISM_NEIGHBOURS),
     }
 
 
