@@ -1,0 +1,4 @@
+"""The old path of `labml_txl.transformer.norms`, kept for one release (`labml_txl/moved_paths.py`)."""
+from labml_txl.moved_paths import redirect
+
+redirect(globals())
