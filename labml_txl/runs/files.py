@@ -27,6 +27,7 @@ with no `run.yaml` is not a run (yet).
   step's value is the mean of the values tracked at it.
 """
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -292,16 +293,24 @@ def merge_metrics(records: Iterable[Dict[str, Any]],
         series: what earlier lines of the file made, merged into in place; None to start from nothing.
     """
     series = {} if series is None else series
+    # Each key's highest step so far: a line that starts above it (every line but a resume's first) drops nothing, so
+    # the merge is linear in the file, not in its lines times its steps
+    highest: Dict[str, float] = {}
     for record in records:
         for key, points in record['track'].items():
             means = [(int(step), sum(values) / len(values)) for step, values in points if values]
             if not means:
                 continue
             known = series.setdefault(key, {})
+            if key not in highest:
+                highest[key] = max(known, default=-math.inf)
             start = min(step for step, _ in means)
-            for step in [s for s in known if s >= start]:
-                del known[step]
+            if start <= highest[key]:
+                for step in [s for s in known if s >= start]:
+                    del known[step]
+                highest[key] = -math.inf
             known.update(means)
+            highest[key] = max(highest[key], max(step for step, _ in means))
     return series
 
 

@@ -11,7 +11,9 @@ writers, so what a run tracks after its loop (a final evaluation) would be lost,
 minute. This one appends on the calling thread, every `flush_seconds` and at every `finish`, and keeps working
 after one.
 
-A resumed run appends the steps from its checkpoint on again: a reader (`labml_txl.runs.files.merge_metrics`)
+A line torn by a process killed while it wrote (or a disk that filled) is ended before the next line is appended,
+so the torn line costs itself alone: appended to it, the next line would be torn too, and with it every line a
+resumed run writes after it. A resumed run appends the steps from its checkpoint on again: a reader (`labml_txl.runs.files.merge_metrics`)
 keeps, for every step, the value written last, and drops the stopped run's steps after the point it resumed from.
 """
 import json
@@ -58,8 +60,11 @@ class MetricsFileWriter(Writer):
             return
         line = json.dumps({'track': self._pending, 'time': self._last_flush})
         self._pending = {}
-        with open(self.path, 'a', encoding='utf-8') as f:
-            f.write(line + '\n')
+        with open(self.path, 'a+b') as f:
+            # (`a+` appends wherever the position is; it is moved only to read the last byte)
+            if f.seek(0, 2) > 0 and (f.seek(-1, 2), f.read(1))[1] != b'\n':
+                f.write(b'\n')
+            f.write(line.encode('utf-8') + b'\n')
 
     def finish(self):
         self.flush()

@@ -58,6 +58,64 @@ def test_a_resumed_block_drops_the_later_steps_however_the_lines_are_read():
     assert merge_metrics(lines[2:], merge_metrics(lines[:2])) == whole
 
 
+def _merged_by_definition(records):
+    """`merge_metrics` as its docstring defines it, line by line with no shortcut: the reference."""
+    series = {}
+    for record in records:
+        for key, points in record['track'].items():
+            means = [(int(step), sum(values) / len(values)) for step, values in points if values]
+            if means:
+                start = min(step for step, _ in means)
+                series[key] = {s: v for s, v in series.get(key, {}).items() if s < start}
+                series[key].update(means)
+    return series
+
+
+def test_the_merge_is_the_definition_on_logs_with_resumes_and_restarts():
+    """Random logs of runs stopped and resumed from earlier steps, several keys, steps written twice, empty values;
+    merged at once and a few lines at a time."""
+    import random
+    rng = random.Random(7)
+    for _ in range(50):
+        records, step = [], 0
+        for _ in range(rng.randrange(1, 30)):
+            if rng.random() < 0.2:
+                step = rng.randrange(0, step + 1)  # a resume from an earlier checkpoint
+            track = {}
+            for key in rng.sample(['loss.train', 'loss.valid', 'lr'], rng.randrange(1, 4)):
+                steps = range(step, step + rng.randrange(1, 5))
+                track[key] = [[s, [rng.random() for _ in range(rng.randrange(0, 3))]] for s in steps]
+            step += rng.randrange(0, 5)
+            records.append({'track': track})
+        split = rng.randrange(len(records) + 1)
+        assert merge_metrics(records) == _merged_by_definition(records)
+        assert merge_metrics(records[split:], merge_metrics(records[:split])) == _merged_by_definition(records)
+
+
+def test_reading_a_long_log_is_linear_in_it(tmp_path):
+    """The issue's case, smaller: 40,000 steps of 6 keys, one line per 20 steps. Counted, not timed: the merge looks at
+    each point a bounded number of times (no scan of the steps already known per line)."""
+    path = tmp_path / 'log.jsonl'
+    keys = [f'k{i}' for i in range(6)]
+    with open(path, 'w') as f:
+        for first in range(0, 40_000, 20):
+            f.write(json.dumps({'track': {k: [[s, [1.0]] for s in range(first, first + 20)] for k in keys}}) + '\n')
+
+    class Counting(dict):
+        """A series' dict that counts how often its steps are iterated over."""
+        visits = 0
+
+        def __iter__(self):
+            Counting.visits += len(self)
+            return super().__iter__()
+
+    series = {k: Counting() for k in keys}
+    merge_metrics(read_new_lines(path, 0, check_metrics_line).records, series)
+    assert all(len(series[k]) == 40_000 for k in keys)
+    # only the first line of each key reads its (empty) known steps
+    assert Counting.visits == 0
+
+
 def test_run_folders_rank_0_stands_for_a_distributed_run(tmp_path):
     logs = tmp_path / 'logs'
     for name in ('exp/aaaa', 'exp/bbbb.0', 'exp/bbbb.1', 'exp/cccc'):
