@@ -78,19 +78,26 @@ def run_script(action: Callable[[List[str]], Any], argv: List[str], usage: str, 
     Run `action(argv)` for an experiment script: `--help` prints `usage` and every setting of `settings`; a user error (unknown key or option, a
     value of the wrong type, missing run or file, bad value, unreadable checkpoint, a run another process trains)
     prints `error: ...` and exits 2 instead of a traceback. A training stopped by SIGINT or SIGTERM prints how to
-    resume and exits 128 + the signal's number; a Ctrl-C elsewhere exits 130 with one line. An `action` that
-    returns an int returns it as the exit code.
+    resume and exits 128 + the signal's number, however many signals came (`interruption.ScriptSignals`); a Ctrl-C
+    elsewhere exits 130 with one line. An `action` that returns an int returns it as the exit code.
     """
-    from .configs.validation import ConfigTypeError
-    from .train.checkpoint import CheckpointError
-    from .train.interruption import TrainingInterrupted
-    from .train.trainer import TrainingDiverged
-    from .train.runs import RunInUseError
+    from .train.interruption import ScriptSignals
     if any(a in ('-h', '--help') for a in argv) or (needs_argument and not argv):
         print(usage.strip('\n'))
         if settings is not None:
             print('\n' + settings.help())
         return 2 if not argv and needs_argument else 0
+    with ScriptSignals():
+        return _reported(action, argv)
+
+
+def _reported(action: Callable[[List[str]], Any], argv: List[str]) -> int:
+    """`action(argv)`'s exit code, its errors reported as `run_script` says."""
+    from .configs.validation import ConfigTypeError
+    from .train.checkpoint import CheckpointError
+    from .train.interruption import TrainingInterrupted
+    from .train.trainer import TrainingDiverged
+    from .train.runs import RunInUseError
     try:
         result = action(argv)
     except TrainingInterrupted as stopped:

@@ -4,9 +4,18 @@
 Within `StopSignals`, SIGINT (Ctrl-C) and SIGTERM (a `kill`, a scheduler's pre-emption, `torchrun` ending its
 workers) only ask the training loop to stop: the step in progress finishes (with its validation, where one is
 due), a checkpoint of that step is written, and the loop raises `TrainingInterrupted`, whose message says how to
-resume. A second SIGINT stops at once (`KeyboardInterrupt`), losing the steps since the last checkpoint; a second
-SIGTERM changes nothing (`torchrun` sends one to workers that already got the terminal's SIGINT).
+resume. A second signal changes nothing, whenever it comes (Ctrl-C pressed twice, `torchrun`'s SIGTERM to workers
+that already got the terminal's SIGINT): the step still finishes, its checkpoint is written whole, and the same line
+is printed. Raised from a signal handler, an exception would land wherever the process happens to be: in the
+checkpoint's writing, in labml's end of the run, in the report of the stop itself, or in a `__del__`, where Python
+prints its traceback and goes on. Only SIGKILL stops at once (losing the steps since the last checkpoint).
+
+The stop outlives the training loop: `ScriptSignals`, around a whole script (`cli.run_script`), takes it over when the
+loop's `StopSignals` ends, so a signal that comes while the script reports the stop and exits is absorbed too.
+Outside a training loop a script's Ctrl-C is Python's (`KeyboardInterrupt`, one line from `run_script`) and its SIGTERM
+the default one.
 """
+import os
 import signal
 import sys
 import threading
@@ -39,7 +48,8 @@ class TrainingInterrupted(Exception):
 
 class StopSignals:
     """SIGINT and SIGTERM become a request to stop (`received`, the first signal's number) for the length of a
-    `with` block; outside the main thread, where Python cannot catch signals, it does nothing."""
+    `with` block; outside the main thread, where Python cannot catch signals, it does nothing. Nested in a
+    `StopSignals` (a `ScriptSignals`), it hands a stop it received on to it as it ends."""
 
     def __init__(self):
         self.received: Optional[int] = None
@@ -51,6 +61,9 @@ class StopSignals:
         return self
 
     def __exit__(self, *exc) -> None:
+        outer = getattr(self._previous.get(signal.SIGINT), '__self__', None)
+        if isinstance(outer, StopSignals) and outer.received is None:
+            outer.received = self.received
         for s, handler in self._previous.items():
             signal.signal(s, handler)
         self._previous = {}
@@ -59,7 +72,19 @@ class StopSignals:
         if self.received is None:
             self.received = signal_number
             print(f'\nlabml_txl: {signal.Signals(signal_number).name} received: stopping after this step with a '
-                  f'checkpoint (Ctrl-C again stops at once, losing the steps since the last checkpoint)',
-                  file=sys.stderr, flush=True)
-        elif signal_number == signal.SIGINT:
+                  f'checkpoint (another signal changes nothing; kill -9 stops at once, losing the steps since the '
+                  f'last checkpoint)', file=sys.stderr, flush=True)
+
+
+class ScriptSignals(StopSignals):
+    """Around a whole script: before a training loop has stopped on a signal, Ctrl-C raises `KeyboardInterrupt` and
+    SIGTERM ends the process, as Python's own handlers do; after, every signal is absorbed while the script reports the
+    stop and returns."""
+
+    def _handle(self, signal_number: int, frame) -> None:
+        if self.received is not None:
+            return
+        if signal_number == signal.SIGINT:
             raise KeyboardInterrupt
+        signal.signal(signal_number, signal.SIG_DFL)
+        os.kill(os.getpid(), signal_number)

@@ -38,8 +38,9 @@ def lab_dir(tmp_path):
 
 
 def _stopped_run(lab_path: Path, run_uuid: str, how: signal.Signals,
-                 overrides=OVERRIDES) -> subprocess.CompletedProcess:
-    """Train in a subprocess, from the command line, that sends itself `how` in the middle of step KILL_AT_STEP."""
+                 overrides=OVERRIDES, again: str = '') -> subprocess.CompletedProcess:
+    """Train in a subprocess, from the command line, that sends itself `how` in the middle of step KILL_AT_STEP;
+    `again`: code run in it before the training that sends a second signal (`AGAIN`)."""
     argv = [f'{key}={value}' for key, value in overrides.items()]
     script = textwrap.dedent(f'''
         import os, signal, sys
@@ -53,6 +54,7 @@ def _stopped_run(lab_path: Path, run_uuid: str, how: signal.Signals,
                 os.kill(os.getpid(), {int(how)})
             return train_window(self, segments)
         Trainer.train_window = signalled_train_window
+        {textwrap.indent(again, ' ' * 8).strip()}
         import train_xl
         sys.exit(train_xl.main({argv!r}))
     ''')
@@ -101,6 +103,63 @@ def test_resume_after_a_stop_equals_an_uninterrupted_run(lab_dir, how, corrupt_n
     for (name, ours), (_, theirs) in zip(resumed.model.state_dict().items(),
                                          uninterrupted.model.state_dict().items()):
         assert torch.equal(ours, theirs), name
+
+
+# Where a second signal comes while the first is handled: with it (before the step ends), while the step's checkpoint is
+# written, and while the script reports the stop (after the training loop has ended)
+AGAIN = {
+    'in the step': """
+        def again_in_step(self, segments):  # (in place of the first's: both signals, then the step)
+            if self.step + 1 == {step}:
+                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), {second})
+            return train_window(self, segments)
+        Trainer.train_window = again_in_step
+    """,
+    'while saving': """
+        save = Trainer.save
+        def again_while_saving(self):
+            if self.step == {step}:
+                os.kill(os.getpid(), {second})
+            return save(self)
+        Trainer.save = again_while_saving
+    """,
+    'while reporting': """
+        from labml_txl.train.interruption import TrainingInterrupted
+        told = TrainingInterrupted.__str__
+        def again_while_reporting(self):
+            os.kill(os.getpid(), {second})
+            return told(self)
+        TrainingInterrupted.__str__ = again_while_reporting
+    """,
+}
+
+
+@pytest.fixture(scope='module')
+def uninterrupted_history(tmp_path_factory):
+    lab.configure({'path': str(tmp_path_factory.mktemp('uninterrupted'))})
+    yield dict(train_xl.train(dict(OVERRIDES), screen=False).history)
+    lab.configure({'path': str(REPO)})
+
+
+@pytest.mark.parametrize('when', sorted(AGAIN))
+@pytest.mark.parametrize('second', [signal.SIGINT, signal.SIGTERM])
+def test_a_second_signal_while_the_first_is_handled_changes_nothing(uninterrupted_history, lab_dir, when, second):
+    """Ctrl-C pressed twice, or SIGTERM after a Ctrl-C: the one line of the first, no traceback, exit 130, and the
+    step's checkpoint whole (the resume gives the uninterrupted run's losses)."""
+    run_uuid = f'twice{second.name}{when.replace(" ", "")}'
+    stopped = _stopped_run(lab_dir, run_uuid, signal.SIGINT,
+                           again=textwrap.dedent(AGAIN[when]).format(step=KILL_AT_STEP, second=int(second)))
+    assert stopped.returncode == 130, stopped.stderr[-3000:]
+    assert 'Traceback' not in stopped.stderr + stopped.stdout, stopped.stderr[-3000:]
+    checkpoints = next(lab_dir.glob(f'logs/*/{run_uuid}')) / 'checkpoints'
+    told = [line for line in stopped.stderr.splitlines() if line.startswith('Stopped by')]
+    assert told == [f'Stopped by SIGINT at step {KILL_AT_STEP} and saved the checkpoint '
+                    f'{checkpoints / str(KILL_AT_STEP)}; resume with: python experiments/train_xl.py '
+                    f'resume={run_uuid}'], stopped.stderr[-3000:]
+    assert checkpoint_steps(checkpoints) == [15, KILL_AT_STEP]
+    resumed = train_xl.train({}, resume=run_uuid, screen=False)
+    assert resumed.history == [(step, uninterrupted_history[step]) for step in range(KILL_AT_STEP + 1, 31)]
 
 
 def test_resuming_a_run_that_does_not_exist_names_the_uuid(lab_dir):
