@@ -10,11 +10,15 @@ Every experiment script makes its labml run through `create_run` and trains insi
   `LABML_TXL_SWEEP` environment variable);
 * its overrides are kept in `overrides.json` (so a resume or a sweep rebuilds the same configs);
 * its metrics are kept in `log.jsonl` whether or not a dashboard is up (`metrics_file`);
+* it reports live to the dashboard where one is configured (`live_report`): by `report_to_dashboard()`, by
+  `labml_app_url` in the environment, or by `app_url` in `.labml.yaml`, each checked to answer before the run starts;
 * it prints where it lies and the commands that watch, evaluate, resume and sample it (`next_commands`).
 """
 import contextlib
 import os
+import socket
 import sys
+from urllib.parse import urlsplit
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Set
 
@@ -51,6 +55,32 @@ def sweep_tags() -> Set[str]:
     return {f'sweep:{sweep}'} if sweep else set()
 
 
+def live_report(labml_options: Dict[str, Any]) -> Set[str]:
+    """
+    `{'app'}`, labml's writer that reports a run to a dashboard as it trains, where a dashboard's URL is configured
+    (labml reads `app_url` of `.labml.yaml` or `lab.configure`, which `report_to_dashboard()` sets, else
+    `labml_app_url` of the environment), else nothing. A `ValueError` naming the URL and where it was set when nothing
+    answers there: labml would train, then retry for minutes at exit, and the dashboard would never hear of the run.
+    A distributed run reports from rank 0 alone, the rank that writes its record (`log.jsonl`, checkpoints).
+    """
+    from labml.internal.lab import lab_singleton
+    app = lab_singleton().app_configs
+    if app is None or labml_options.get('distributed_rank', 0) != 0:
+        return set()
+    where, undo = (("app_url of .labml.yaml or report_to_dashboard()", "leave both out")
+                   if lab_singleton().configs.get('app_url') else
+                   ("labml_app_url in the environment", "unset labml_app_url"))
+    url = urlsplit(app.url)
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == 'https' else 80)), timeout=2).close()
+    except OSError as error:
+        raise ValueError(f"the run would report live to {app.url.rstrip('?').removesuffix('track')} ({where}), but "
+                         f"nothing answers there ({error.strerror or error}): start the dashboard first "
+                         f"(python -m labml_txl.dashboard --port {url.port}), or {undo} to train without "
+                         f"reporting live") from error
+    return {'app'}
+
+
 def create_run(name: str, conf: BaseConfigs, overrides: Dict[str, Any], uuid: Optional[str] = None,
                screen: bool = True, script: Optional[str] = None, script_defaults: Optional[Dict[str, Any]] = None,
                **labml_options) -> None:
@@ -70,7 +100,8 @@ def create_run(name: str, conf: BaseConfigs, overrides: Dict[str, Any], uuid: Op
     """
     use_working_directory_project()
     comment = describe_overrides(differing_overrides(conf, overrides, script_defaults))
-    experiment.create(name=name, uuid=uuid, comment=comment, writers={'screen'} if screen else set(),
+    writers = ({'screen'} if screen else set()) | live_report(labml_options)
+    experiment.create(name=name, uuid=uuid, comment=comment, writers=writers,
                       tags=sweep_tags() or None, python_file=script, **labml_options)
     experiment.configs(conf, overrides)
 

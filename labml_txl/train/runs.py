@@ -7,6 +7,7 @@ A run is a labml run folder (`logs/<experiment name>/<run uuid>/`) of the labml 
 while a process trains it, that process's lock `train.lock` (`labml_txl.file_lock`): one writer per run.
 """
 import json
+import sys
 from pathlib import Path
 from typing import Any, Dict
 
@@ -142,6 +143,15 @@ def latest_checkpoint_of_run(checkpoint_dir: Path, run_uuid: str):
     return latest
 
 
+def _say_nothing_is_reported_live() -> None:
+    """One line where a dashboard's address is set (`docs/dashboard.md`): an evaluation makes no run, so it reports
+    nothing to it, rather than ignoring the setting in silence."""
+    from labml.internal.lab import lab_singleton
+    if lab_singleton().app_configs is not None:
+        print("note: a dashboard's address is set (labml_app_url, or app_url of .labml.yaml), but evaluation and "
+              "sampling make no labml run, so nothing of this is reported to it", file=sys.stderr)
+
+
 def load_trained_run(run_uuid: str, overrides: Dict[str, Any] = None):
     """
     The configs and the model of run `run_uuid`, with the weights of its newest readable checkpoint, for
@@ -159,6 +169,7 @@ def load_trained_run(run_uuid: str, overrides: Dict[str, Any] = None):
     import_extensions(overrides)
     conf = TrainXLConfigs()
     experiment.evaluate()
+    _say_nothing_is_reported_live()
     experiment.configs(conf, overrides)
     step, state = latest_checkpoint_of_run(run_path / 'checkpoints', run_uuid)
     load_model_state(conf.model, state['model'], str(run_path / 'checkpoints' / str(step)))

@@ -143,3 +143,16 @@ def test_sampling_settings_are_checked_before_the_run_is_loaded():
     # A wrong top_p is named even where the run does not exist: nothing is loaded before the settings are checked
     with pytest.raises(ValueError, match=r"top_p=0.0 is not accepted"):
         generate_xl.sample_run('no-such-run', {'top_p': 0.0})
+
+
+def test_a_dashboard_address_set_for_an_evaluation_is_not_ignored_in_silence(trained_run, monkeypatch, capsys):
+    """Evaluation makes no labml run, so it cannot report live: with an address set, it says so (docs/dashboard.md)."""
+    run_uuid, _, path = trained_run
+    monkeypatch.setenv('labml_app_url', 'http://127.0.0.1:9/api/v1/default')
+    lab.configure({'path': str(path)})  # (labml reads the environment when its lab is configured)
+    eval_xl.evaluate_run(run_uuid, {'split': 'valid', 'max_eval_steps': 1})
+    assert 'nothing of this is reported to it' in capsys.readouterr().err
+    monkeypatch.delenv('labml_app_url')
+    lab.configure({'path': str(path)})
+    eval_xl.evaluate_run(run_uuid, {'split': 'valid', 'max_eval_steps': 1})
+    assert 'reported to it' not in capsys.readouterr().err
