@@ -21,7 +21,8 @@ SCRIPTS = {
     'glu_variants.py': r"transformer.ffn.glu_variant\s+str\s+'none'\s+.*\[none \| Bilinear",
 }
 # The scripts that are not entry points of their own
-NOT_SCRIPTS = {'benchmark.py', 'benchmark_peers.py', 'benchmark_wt103.py', 'decode_step_floor.py'}
+NOT_SCRIPTS = {'benchmark.py', 'benchmark_peers.py', 'benchmark_versions.py', 'benchmark_wt103.py',
+               'decode_step_floor.py'}
 
 
 def _run(script: str, *args: str) -> subprocess.CompletedProcess:
