@@ -142,7 +142,7 @@ def uninterrupted_history(tmp_path_factory):
     lab.configure({'path': str(REPO)})
 
 
-# (each moment once, each kind of second signal at least once: the four left out passed or failed with these)
+# (each moment once, each kind of second signal at least once)
 @pytest.mark.parametrize('when, second', [('in the step', signal.SIGINT), ('while saving', signal.SIGINT),
                                           ('while reporting', signal.SIGTERM)])
 def test_a_second_signal_while_the_first_is_handled_changes_nothing(uninterrupted_history, lab_dir, when, second):
