@@ -50,10 +50,7 @@ install: $(STAMP)
 # The tests build and check our C++ kernels, which needs a C++ compiler
 test: $(STAMP)
 	@command -v $${CXX:-c++} >/dev/null || { echo "make: no C++ compiler ($${CXX:-c++}); install g++ (Debian: apt-get install g++)"; exit 1; }
-	$(PY) -m pytest -q tests --ignore=tests/dashboard/test_live_reports.py
-	# (in a process of its own: inside the whole suite its live-report tests failed on 2026-12-07, alone they pass;
-	# the interaction is not found yet, issue 43's note)
-	$(PY) -m pytest -q tests/dashboard/test_live_reports.py
+	$(PY) -m pytest -q tests
 
 # The numerically sensitive tests (comparisons between implementations, kernels, fast paths, reference vectors),
 # run again by `make test-avx2` on the vector paths of an AVX2 machine: ATen's dispatch, oneDNN's ISA and our kernels'

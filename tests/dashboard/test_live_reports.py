@@ -33,7 +33,9 @@ WITH_HELPER = textwrap.dedent('''
 
 
 def _start_training(project: Path, port: int, way: str) -> subprocess.Popen:
-    """`train_xl.py` in `project`, reporting to the dashboard on `port` the way `way` says."""
+    """`train_xl.py` in `project`, reporting to the dashboard on `port` the way `way` says; its output goes to
+    files beside `project` (`training.out`, `training.err`), never to pipes: labml's progress lines fill a pipe's
+    buffer within seconds, and a training blocked on writing to it reports nothing more."""
     project.mkdir(parents=True, exist_ok=True)
     yaml = 'check_repo_dirty: false\n' + (f'app_url: {web_api_url(port)}\n' if way == 'yaml' else '')
     (project / '.labml.yaml').write_text(yaml)
@@ -42,21 +44,31 @@ def _start_training(project: Path, port: int, way: str) -> subprocess.Popen:
         env['labml_app_url'] = web_api_url(port)
     script = str(REPO / 'experiments' / 'train_xl.py')
     command = ([sys.executable, '-c', WITH_HELPER, str(port), script] if way == 'helper' else [sys.executable, script])
-    return subprocess.Popen([*command, *TRAINING], cwd=project, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    with open(project.parent / 'training.out', 'w') as out, open(project.parent / 'training.err', 'w') as err:
+        return subprocess.Popen([*command, *TRAINING], cwd=project, env=env, stdout=out, stderr=err,
+                                stdin=subprocess.DEVNULL)
 
 
-def _listed_while_training(server: DashboardServer, training: subprocess.Popen) -> str:
-    """The uuid of the run the dashboard lists while `training` runs; then `training` stopped by Ctrl-C."""
+def _stopped(training: subprocess.Popen, project: Path, timeout: float = 120) -> str:
+    """Wait for `training` to end and return what it wrote to stderr."""
+    training.wait(timeout=timeout)
+    return (project.parent / 'training.err').read_text(errors='replace')
+
+
+def _listed_while_training(server: DashboardServer, project: Path, way: str) -> str:
+    """The uuid of the run the dashboard lists while a training in `project` runs; then the training stopped by
+    Ctrl-C."""
+    training = _start_training(project, server.port, way)
     try:
         uuid = wait_until(f'a run on the dashboard ({server.log()[-2000:]})',
                           lambda: next(iter(listed_runs(server.port)), None) or training.poll() is not None, 120)
-        assert training.poll() is None, f'the training ended before the dashboard listed a run: {training.stderr.read()}'
+        if training.poll() is not None:
+            raise AssertionError(f'the training ended before the dashboard listed a run: {_stopped(training, project)}')
         assert api('GET', server.port, f'run/{uuid}')['run_uuid'] == uuid
         wait_until('a training loss on the chart', lambda: series(server.port, uuid).get('loss.train'), 60)
     finally:
         training.send_signal(signal.SIGINT)
-        out, err = training.communicate(timeout=120)
+        err = _stopped(training, project)
     assert training.returncode == 130, err[-3000:]
     assert 'Stopped by SIGINT' in err
     return uuid
@@ -65,7 +77,7 @@ def _listed_while_training(server: DashboardServer, training: subprocess.Popen) 
 @pytest.mark.parametrize('way', ['helper', 'env', 'yaml'])
 def test_a_training_reports_live_each_way_the_docs_give(tmp_path, way):
     with DashboardServer(tmp_path / 'data') as server:  # following no project: only live reports reach it
-        uuid = _listed_while_training(server, _start_training(tmp_path / 'project', server.port, way))
+        uuid = _listed_while_training(server, tmp_path / 'project', way)
         (folder,) = run_folders(tmp_path / 'project')
         assert folder.name == uuid
         # the run's losses on the dashboard are those it kept in its own log
@@ -79,7 +91,7 @@ def test_a_run_reported_live_in_a_followed_project_is_shown_once(tmp_path):
     project = tmp_path / 'project'
     project.mkdir()
     with DashboardServer(tmp_path / 'data', project=project, extra_args=['--scan-seconds', '0.5']) as server:
-        uuid = _listed_while_training(server, _start_training(project, server.port, 'env'))
+        uuid = _listed_while_training(server, project, 'env')
         wait_until('the follower to meet the run', lambda: following(server.port)['runs'].get(uuid) == 'reported live')
         wait_for_scans(server)
         shown = [run['run_uuid'] for run in api('GET', server.port, 'runs/null')['runs']]
@@ -90,7 +102,7 @@ def test_a_run_reported_live_in_a_followed_project_is_shown_once(tmp_path):
 def test_a_way_that_points_at_no_dashboard_is_refused_before_the_run_is_made(tmp_path, way):
     port = free_port()
     training = _start_training(tmp_path / 'project', port, way)
-    out, err = training.communicate(timeout=120)
+    err = _stopped(training, tmp_path / 'project')
     assert training.returncode == 2, err[-3000:]
     where = 'labml_app_url in the environment' if way == 'env' else 'app_url of .labml.yaml or report_to_dashboard()'
     assert (f'error: the run would report live to {web_api_url(port)}/ ({where}), but nothing answers there'
