@@ -73,23 +73,27 @@ def report_to_dashboard(port: int = DEFAULT_PORT, host: str = HOST, require_runn
     """
     from labml import lab
     url = web_api_url(port, host)
-    if require_running:
-        try:
-            socket.create_connection((host, port), timeout=2).close()
-        except OSError as e:
-            raise DashboardError(f'no dashboard on {host}:{port} ({e.strerror or e}); start it with '
-                                 f'`python -m labml_txl.dashboard --port {port}`, or pass '
-                                 f'require_running=False') from e
+    error = connection_error(host, port) if require_running else None
+    if error is not None:
+        raise DashboardError(f'no dashboard on {host}:{port} ({error.strerror or error}); start it with '
+                             f'`python -m labml_txl.dashboard --port {port}`, or pass '
+                             f'require_running=False') from error
     lab.configure({'app_url': url})
     return url
 
 
-def _listening(port: int, host: str = HOST) -> bool:
+def connection_error(host: str, port: int, timeout: float = 2.0) -> Optional[OSError]:
+    """`None` when something accepts a TCP connection on `host:port` within `timeout` seconds, else the error of
+    the attempt (for the message that says why a dashboard is not reached)."""
     try:
-        socket.create_connection((host, port), timeout=1).close()
-        return True
-    except OSError:
-        return False
+        socket.create_connection((host, port), timeout=timeout).close()
+        return None
+    except OSError as error:
+        return error
+
+
+def _listening(port: int, host: str = HOST) -> bool:
+    return connection_error(host, port, timeout=1) is None
 
 
 def check_project(project: Union[str, Path]) -> Path:

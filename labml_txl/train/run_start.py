@@ -16,7 +16,6 @@ Every experiment script makes its labml run through `create_run` and trains insi
 """
 import contextlib
 import os
-import socket
 import sys
 from urllib.parse import urlsplit
 from pathlib import Path
@@ -28,6 +27,7 @@ from labml.internal.experiment import experiment_singleton
 from labml.internal.tracker import tracker_singleton
 
 from ..configs.validation import default_of
+from ..dashboard.server import connection_error
 from .metrics_file import METRICS_FILE, MetricsFileWriter
 from .runs import use_working_directory_project
 
@@ -71,9 +71,8 @@ def live_report(labml_options: Dict[str, Any]) -> Set[str]:
                    if lab_singleton().configs.get('app_url') else
                    ("labml_app_url in the environment", "unset labml_app_url"))
     url = urlsplit(app.url)
-    try:
-        socket.create_connection((url.hostname, url.port or (443 if url.scheme == 'https' else 80)), timeout=2).close()
-    except OSError as error:
+    error = connection_error(url.hostname, url.port or (443 if url.scheme == 'https' else 80))
+    if error is not None:
         raise ValueError(f"the run would report live to {app.url.rstrip('?').removesuffix('track')} ({where}), but "
                          f"nothing answers there ({error.strerror or error}): start the dashboard first "
                          f"(python -m labml_txl.dashboard --port {url.port}), or {undo} to train without "
