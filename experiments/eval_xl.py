@@ -24,6 +24,8 @@ from typing import Any, Dict, List, Optional
 from labml_txl.cli import parse_overrides, run_script
 from labml_txl.xl.formats.published import evaluation_corpus, paper_settings, read_vocabulary, vocabulary_path
 from labml_txl.configs.settings import Settings
+from labml_txl.errors import require_positive_int
+from labml_txl.train.configs import check_max_eval_steps
 from labml_txl.train.runs import find_run, load_overrides, load_trained_run
 from labml_txl.train.script_settings import EvalXLSettings, read_settings
 from labml_txl.train.trainer import mean_loss_over_stream, quality
@@ -46,6 +48,9 @@ def _read(settings: Dict[str, Any], pretrained: bool) -> EvalXLSettings:
                              f"evaluates on its own corpus")
     if given.split not in SPLITS:
         raise ValueError(f"split={given.split!r} is not accepted: {', '.join(SPLITS)}")
+    if given.batch_size is not None:
+        require_positive_int('batch_size', given.batch_size)
+    check_max_eval_steps(given.max_eval_steps)
     return given
 
 

@@ -145,6 +145,14 @@ for _name in SCHEDULES:
     _schedule_option(_name)
 
 
+def check_max_eval_steps(max_eval_steps: int) -> None:
+    """A `ValueError` unless `max_eval_steps` is a number of segments to evaluate, or -1 (or 0) for the whole split
+    (training's validation and `eval_xl.py` take it alike)."""
+    if max_eval_steps < -1:
+        raise ValueError(f"max_eval_steps={max_eval_steps} is not accepted: the number of segments evaluated, "
+                         f"or -1 (or 0) for the whole split")
+
+
 def check_training_configs(c: TrainXLConfigs) -> None:
     """Raise `ValueError` for choices that labml's options do not check, or that are only wrong together."""
     for name in ('checkpoint_interval', 'warmup_step', 'batch_size', 'batch_chunk'):
@@ -168,9 +176,7 @@ def check_training_configs(c: TrainXLConfigs) -> None:
     if c.eval_interval < 1:
         raise ValueError(f"eval_interval={c.eval_interval} is not accepted: validation runs every eval_interval "
                          f"steps (and after the last), so it must be at least 1 (a large value validates rarely)")
-    if c.max_eval_steps < -1:
-        raise ValueError(f"max_eval_steps={c.max_eval_steps} is not accepted: the number of validation segments, "
-                         f"or -1 (or 0) for the whole split")
+    check_max_eval_steps(c.max_eval_steps)
     if not math.isfinite(c.ar_loss_weight) or c.ar_loss_weight < 0:
         raise ValueError(f"ar_loss_weight={c.ar_loss_weight} is not accepted: the weight of the attention-"
                          f"reconstruction loss, a finite number >= 0 (0 leaves the compression untrained)")

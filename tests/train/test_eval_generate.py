@@ -73,6 +73,9 @@ def test_unknown_settings_are_named_with_the_closest(trained_run):
     ({'clamp_len': 1.5}, r"clamp_len=1.5 is not accepted: EvalXLSettings.clamp_len takes an integer"),
     ({'split': 'dev'}, r"split='dev' is not accepted: train, valid, test"),
     ({'vocab': 'v.pkl'}, r"vocab: only for a published model"),
+    # issue 38: -5 was evaluated as the whole split, and 0 sequences per batch was refused naming an internal `bsz`
+    ({'max_eval_steps': -5}, r"max_eval_steps=-5 is not accepted: the number of segments evaluated, or -1 \(or 0\)"),
+    ({'batch_size': 0}, r"batch_size=0 is not accepted: batch_size must be a positive integer"),
 ])
 def test_evaluation_settings_are_checked_before_loading(trained_run, settings, message):
     run_uuid, _, _ = trained_run
