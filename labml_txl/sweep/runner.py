@@ -15,6 +15,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -146,6 +147,12 @@ def plan(script: Path, points: List[Dict[str, Any]], project: Path, sweep: str, 
     return planned
 
 
+def shell_line(command: List[str], sweep: str) -> str:
+    """`command` as one line of shell, each argument quoted (`'cutoffs=[10, 20]'` stays one argument), with the
+    sweep's tag in its environment as `run_planned` gives it, so a run a launcher starts counts as the sweep's."""
+    return f'{SWEEP_ENV}={shlex.quote(sweep)} {shlex.join(command)}'
+
+
 def run_planned(script: Path, planned: List[PlannedRun], sweep: str) -> List[str]:
     """
     Run each planned run not done, one process at a time, tagged with `sweep`. Returns the failures (a line each);
@@ -206,7 +213,7 @@ def run_sweep(script: Path, points: List[Dict[str, Any]], metric: str = 'loss.va
         script: an experiment script that takes `key=value` settings (`experiments/train_xl.py`).
         points: the settings of each run; every point is checked before the first run starts.
         metric: the metric plotted.
-        dry_run: print the command of every run still to do, and run nothing.
+        dry_run: print the command of every run still to do as a line of shell (`shell_line`), and run nothing.
 
     Errors are printed as `error: ...` with exit code 2; an interruption with 128 + the signal's number.
     """
@@ -227,7 +234,7 @@ def run_sweep(script: Path, points: List[Dict[str, Any]], metric: str = 'loss.va
     if dry_run:
         for p in planned:
             if p.action != 'done':
-                print(' '.join(p.command(script)))
+                print(shell_line(p.command(script), sweep))
         return SweepResult(sweep, [], None, 0)
     try:
         failures = run_planned(script, planned, sweep)

@@ -4,6 +4,8 @@ run and started again ends with four runs (none repeated, the stopped one resume
 comparison table and the plot; bad settings are refused before the first run.
 """
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from labml_txl.runs.records import load_runs
+from labml_txl.train.run_start import SWEEP_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_XL = str(REPO / 'experiments' / 'train_xl.py')
@@ -121,10 +124,23 @@ def test_a_dry_run_prints_every_command_and_runs_nothing(tmp_path):
     process = _sweep(tmp_path, '--dry-run', TRAIN_XL, *GRID, *TINY)
     out, err = process.communicate(timeout=120)
     assert process.returncode == 0, err
-    commands = [line for line in out.splitlines() if line.startswith(sys.executable)]
-    assert len(commands) == 4 and all('max_step=1500' in c for c in commands)
-    assert 'attention=alibi mem_len=8' in commands[-1].replace(f'{sys.executable} {TRAIN_XL} ', '')
+    (sweep,) = re.findall(r'^sweep (\S+): 4 runs', out, re.MULTILINE)
+    # each a line of shell: the sweep's tag in the environment, then the arguments as the sweep would run them
+    commands = [shlex.split(line) for line in out.splitlines() if line.startswith(f'{SWEEP_ENV}=')]
+    assert len(commands) == 4
+    for command in commands:
+        assert command[:3] == [f'{SWEEP_ENV}={sweep}', sys.executable, str(TRAIN_XL)] and 'max_step=1500' in command
+    assert command[3:5] == ['attention=alibi', 'mem_len=8']
     assert not (tmp_path / 'logs').exists()
+
+
+def test_a_dry_runs_list_setting_stays_one_argument(tmp_path):
+    # issue 38: `cutoffs=[10, 20]` was printed unquoted, and a shell split it in two
+    process = _sweep(tmp_path, '--dry-run', TRAIN_XL, 'attention=relative', 'cutoffs=[10, 20]', *TINY)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    (line,) = [line for line in out.splitlines() if line.startswith(f'{SWEEP_ENV}=')]
+    assert 'cutoffs=[10, 20]' in shlex.split(line)
 
 
 def test_a_point_whose_model_cannot_be_built_is_refused_before_the_first_run(tmp_path):
