@@ -26,8 +26,8 @@ def _parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                         help="the script's settings; a list separated by commas is swept over")
     parser.add_argument('--metric', default='loss.valid', help='the metric to plot (default loss.valid)')
     parser.add_argument('--dry-run', action='store_true',
-                        help='print the command of every run still to do, a line of shell each with the sweep\'s tag in its '
-                             'environment (for a launcher of your own), and exit')
+                        help="print the command of every run still to do, a line of shell each with the sweep's "
+                             "tag in its environment (for a launcher of your own), and exit")
     return parser.parse_args(argv)
 
 
