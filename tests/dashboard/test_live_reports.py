@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip('labml_app', reason="the dashboard extra is not installed: pip install -e '.[dashboard]'")
 
 from labml_txl.dashboard import web_api_url  # noqa: E402
+from labml_txl.fast.native import prepare_kernels  # noqa: E402
 from .helpers import (REPO, TINY_XL, DashboardServer, api, following, free_port, listed_runs, run_folders,  # noqa: E402
                       series, wait_for_scans, wait_until)
 
@@ -30,6 +31,15 @@ WITH_HELPER = textwrap.dedent('''
     sys.argv = [script, *sys.argv[3:]]
     runpy.run_path(script, run_name='__main__')
 ''')
+
+
+@pytest.fixture(scope='module', autouse=True)
+def kernels_built():
+    """Our C++ kernels compiled before any training here starts. A training compiles those it lacks on its first
+    step, each about half a minute, and a fresh machine (CI's empty kernel cache) lacks all of them: the first loss
+    would come after the waits below, and each test's Ctrl-C would end the build unfinished, for the next to begin
+    again. The trainings load what this builds from the same cache."""
+    prepare_kernels()
 
 
 def _start_training(project: Path, port: int, way: str) -> subprocess.Popen:
@@ -56,19 +66,25 @@ def _stopped(training: subprocess.Popen, project: Path, timeout: float = 120) ->
 
 
 def _listed_while_training(server: DashboardServer, project: Path, way: str) -> str:
-    """The uuid of the run the dashboard lists while a training in `project` runs; then the training stopped by
-    Ctrl-C."""
+    """The uuid of the run the dashboard lists while a training in `project` runs, with a training loss on its
+    chart; then the training stopped by Ctrl-C. A failure here carries the tail of what the training wrote."""
     training = _start_training(project, server.port, way)
     try:
         uuid = wait_until(f'a run on the dashboard ({server.log()[-2000:]})',
                           lambda: next(iter(listed_runs(server.port)), None) or training.poll() is not None, 120)
         if training.poll() is not None:
-            raise AssertionError(f'the training ended before the dashboard listed a run: {_stopped(training, project)}')
+            raise AssertionError('the training ended before the dashboard listed a run')
         assert api('GET', server.port, f'run/{uuid}')['run_uuid'] == uuid
-        wait_until('a training loss on the chart', lambda: series(server.port, uuid).get('loss.train'), 60)
-    finally:
+        wait_until('a training loss on the chart',
+                   lambda: series(server.port, uuid).get('loss.train') or training.poll() is not None, 60)
+        if training.poll() is not None:
+            raise AssertionError('the training ended before its first loss reached the dashboard')
+    except AssertionError as failure:
         training.send_signal(signal.SIGINT)
-        err = _stopped(training, project)
+        failure.add_note(f'the training wrote to stderr: {_stopped(training, project)[-3000:]}')
+        raise
+    training.send_signal(signal.SIGINT)
+    err = _stopped(training, project)
     assert training.returncode == 130, err[-3000:]
     assert 'Stopped by SIGINT' in err
     return uuid
