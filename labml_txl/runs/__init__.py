@@ -11,13 +11,13 @@
 * `compare`: the config items that differ between runs (`differing_items`), labels made of them (`run_labels`), a
   run's final metrics (`final_metrics`);
 * `tables`: the text tables (`runs_table`, `show_text`, `comparison_table`);
-* `plots`: the curves of runs as a PNG (`plot_runs`).
+* `plots`: the curves of runs as an image (`plot_runs`).
 
 This package reads runs; `labml_txl.train.runs` finds the folder of a run to resume or evaluate.
 """
 from .compare import FINAL_METRICS, differing_items, final_metrics, run_labels
 from .files import read_metrics
-from .plots import Plot, UnknownMetricError, plot_runs
+from .plots import MatplotlibMissingError, Plot, PlotPathError, UnknownMetricError, plot_runs
 from .records import (ConfigValue, MixedScriptsError, RunLookupError, RunRecord, check_same_script,
                       experiments_folder, find_runs, load_runs, read_configs, read_run)
 from .tables import comparison_table, runs_table, show_text
@@ -25,4 +25,4 @@ from .tables import comparison_table, runs_table, show_text
 __all__ = ['FINAL_METRICS', 'differing_items', 'final_metrics', 'run_labels', 'Plot', 'UnknownMetricError',
            'plot_runs', 'ConfigValue', 'MixedScriptsError', 'RunLookupError', 'RunRecord', 'check_same_script',
            'experiments_folder', 'find_runs', 'load_runs', 'read_configs', 'read_metrics', 'read_run',
-           'comparison_table', 'runs_table', 'show_text']
+           'MatplotlibMissingError', 'PlotPathError', 'comparison_table', 'runs_table', 'show_text']

@@ -4,13 +4,14 @@ python -m labml_txl.runs: list, show, compare and plot the runs of a labml proje
 Runs are looked up in the labml project of the working directory (the nearest folder above it with a
 `.labml.yaml`, else the working directory itself: where `python experiments/train_xl.py` writes them); `--project
 DIR` reads another project's. A run is named by its UUID or by a start of it that only it has. A user error (a
-missing run, runs of different scripts, a metric no run has) prints `error: ...` and exits 2.
+missing run, runs of different scripts, a metric no run has, a plot it cannot write, matplotlib missing) prints
+`error: ...` and exits 2.
 """
 import argparse
 import sys
 from typing import List, Optional
 
-from .plots import UnknownMetricError, plot_runs
+from .plots import MatplotlibMissingError, PlotPathError, UnknownMetricError, plot_runs, require_matplotlib
 from .records import MixedScriptsError, RunLookupError, check_same_script, experiments_folder, find_runs, load_runs
 from .tables import comparison_table, runs_table, show_text
 
@@ -63,12 +64,14 @@ def _parser() -> argparse.ArgumentParser:
     plot = commands.add_parser('plot', parents=[project], help="the runs' curves, as a PNG",
                                description='Each metric against the step, one panel per metric, every run labelled '
                                            'by the settings that differ between the runs. Prints the path of the '
-                                           'PNG.')
+                                           'image it wrote.')
     plot.add_argument('uuids', metavar='UUID', nargs='+', help='one run or more')
     plot.add_argument('--metric', metavar='NAME', action='append', dest='metrics',
                       help='a metric to draw (repeat for more; default: loss.train and loss.valid)')
     plot.add_argument('--out', metavar='FILE.png',
-                      help="where to write the PNG (default: logs/plots/<metrics>-<uuids>.png in the project)")
+                      help="where to write the image: a file whose suffix names its format (.png where it has "
+                           "none; .pdf, .svg and the other formats of matplotlib), or a folder (default: "
+                           "logs/plots/<metrics>-<uuids>.png in the project)")
     plot.add_argument('--any-script', action='store_true', help='plot runs of different scripts together')
     return parser
 
@@ -90,12 +93,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                 check_same_script(records)
             print(comparison_table(records, full=args.full))
         elif args.command == 'plot':
+            require_matplotlib()
             records = find_runs(args.uuids, project)
             if not args.any_script:
                 check_same_script(records)
             plot = plot_runs(records, args.metrics, out=args.out, experiments=experiments_folder(project))
             print(plot.path)
-    except (RunLookupError, MixedScriptsError, UnknownMetricError) as error:
+    except (RunLookupError, MixedScriptsError, UnknownMetricError, PlotPathError, MatplotlibMissingError) as error:
         print(f'error: {error}', file=sys.stderr)
         return 2
     return 0

@@ -2,10 +2,12 @@
 # Plotting runs' metrics
 
 `plot_runs` draws a metric's curve for every run, one panel per metric, each run in one colour in every panel and
-labelled by the settings that tell it apart (`compare.run_labels`: `attention=alibi mem_len=0`), and writes a PNG.
+labelled by the settings that tell it apart (`compare.run_labels`: `attention=alibi mem_len=0`), and writes an
+image: a PNG, or any other format matplotlib writes, chosen by the file's suffix (`.pdf`, `.svg`, ...).
 It draws with matplotlib's Agg canvas, without pyplot: no display is needed and no global backend is changed.
 matplotlib is in the test environment (`requirements/test.lock`) and in the `experiments` extra
-(`pip install -e '.[experiments]'`), not among the package's own dependencies.
+(`pip install -e '.[experiments]'`), not among the package's own dependencies: `require_matplotlib` checks for it,
+so that a sweep can refuse before its first run rather than fail at its plot.
 """
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,14 @@ from .records import PathLike, RunRecord
 DEFAULT_METRICS = (LOSS_TRAIN, LOSS_VALID)
 # Where under a project's experiments folder (`logs`) a plot goes by default
 PLOTS_FOLDER = 'plots'
+
+
+class PlotPathError(ValueError):
+    """A place the plot cannot be written: a suffix no image format has, or a file the system refuses."""
+
+
+class MatplotlibMissingError(ImportError):
+    """matplotlib, which plotting needs, is not installed."""
 
 
 class UnknownMetricError(LookupError):
@@ -33,7 +43,7 @@ class Plot:
     What `plot_runs` drew.
 
     Args:
-        path: the PNG it wrote.
+        path: the image it wrote.
         metrics: the metrics, one panel each, left to right.
         labels: the legend's labels, one per run in the order of the runs, as read back from the figure.
     """
@@ -65,6 +75,51 @@ def chosen_metrics(records: Sequence[RunRecord], metrics: Optional[Sequence[str]
     return list(dict.fromkeys(metrics))
 
 
+def require_matplotlib() -> None:
+    """A `MatplotlibMissingError` saying how to install matplotlib where it is missing; nothing where it is there."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as error:
+        raise MatplotlibMissingError("plotting needs matplotlib: pip install matplotlib (or -e '.[experiments]')") from error
+
+
+def image_formats() -> List[str]:
+    """The suffixes matplotlib writes an image for (`png`, `pdf`, `svg`, ...), in alphabetical order."""
+    from matplotlib.backend_bases import FigureCanvasBase
+    return sorted(FigureCanvasBase.get_supported_filetypes())
+
+
+def plot_path(out: Optional[PathLike], default: Path) -> Path:
+    """
+    Where the plot goes: `default` where `out` is None; `out/<default's name>` where `out` is a folder; `out` with
+    `.png` added where it has no suffix (matplotlib would add it, and we would name a file it did not write); `out`
+    where its suffix is an image format (`image_formats`); else a `PlotPathError` naming the formats.
+    """
+    if out is None:
+        return default
+    out = Path(out)
+    if out.is_dir():
+        return out / default.name
+    if not out.suffix:
+        return out.with_name(out.name + '.png')
+    if out.suffix[1:].lower() not in image_formats():
+        raise PlotPathError(f"cannot write a plot to {str(out)!r}: {out.suffix} is no image format; give a name "
+                            f"ending in .png, or another of {', '.join('.' + f for f in image_formats())}, or a "
+                            f"folder")
+    return out
+
+
+def _write(figure, path: Path) -> None:
+    """`figure` saved to `path` (its folder made), in the format its suffix names; a `PlotPathError` naming the
+    file and the system's reason when the system refuses (a read-only file system, a file where a folder should be,
+    a full disk)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(path, dpi=100, format=path.suffix[1:].lower())
+    except OSError as error:
+        raise PlotPathError(f'cannot write the plot to {str(path)!r}: {error.strerror or error}') from error
+
+
 def default_plot_path(experiments: Path, records: Sequence[RunRecord], metrics: Sequence[str]) -> Path:
     """`<experiments>/plots/<metrics>-<uuid starts>.png` (at most four UUIDs named, then how many more)."""
     uuids = [record.uuid[:8] for record in records]
@@ -75,32 +130,29 @@ def default_plot_path(experiments: Path, records: Sequence[RunRecord], metrics: 
 def plot_runs(records: Sequence[RunRecord], metrics: Optional[Sequence[str]] = None, out: Optional[PathLike] = None,
               experiments: Optional[Path] = None) -> Plot:
     """
-    Draw each metric of every run against the step, one panel per metric, and write a PNG.
+    Draw each metric of every run against the step, one panel per metric, and write an image.
 
     Args:
         records: the runs (`find_runs`).
         metrics: the metrics to draw; None for `loss.train` and `loss.valid` (those any run has). A metric no run
             has is an `UnknownMetricError` that names the metrics the runs have.
-        out: the PNG to write (its folder is made); None for `default_plot_path` under `experiments`.
+        out: the image to write, its format chosen by its suffix (`plot_path`: `.png` where it has none; a folder
+            gets the default name; its folder is made); None for `default_plot_path` under `experiments`. A
+            suffix no format has, or a file the system refuses, is a `PlotPathError` naming the file.
         experiments: the project's experiments folder, for the default path; None for that of the first run.
 
     Returns:
         A `Plot`: the path written, the metrics and the legend's labels.
     """
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-        from matplotlib.lines import Line2D
-    except ImportError as error:  # pragma: no cover - matplotlib is in the test environment
-        raise ImportError("plotting needs matplotlib: pip install matplotlib (or -e '.[experiments]')") from error
+    require_matplotlib()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
     if not records:
         raise ValueError('no runs to plot')
     metrics = chosen_metrics(records, metrics)
     labels = run_labels(records)
-    if out is None:
-        out = default_plot_path(experiments or records[0].path.parent.parent, records, metrics)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = plot_path(out, default_plot_path(experiments or records[0].path.parent.parent, records, metrics))
 
     figure = Figure(figsize=(6.4 * len(metrics), 4.8 + 0.25 * len(records)), layout='constrained')
     FigureCanvasAgg(figure)
@@ -121,5 +173,5 @@ def plot_runs(records: Sequence[RunRecord], metrics: Optional[Sequence[str]] = N
     handles = [Line2D([], [], color=color, label=label) for color, label in zip(colors, labels)]
     legend = figure.legend(handles=handles, loc='outside lower center', ncols=1 if len(records) > 6 else 2,
                            fontsize='small')
-    figure.savefig(out, dpi=100)
+    _write(figure, out)
     return Plot(path=out, metrics=metrics, labels=[text.get_text() for text in legend.get_texts()])

@@ -217,6 +217,44 @@ def test_plot_of_a_metric_no_run_has_names_the_metrics_they_have(capsys, runs, t
     assert not out_file.exists()
 
 
+@pytest.mark.parametrize('given, written', [('curves', 'curves.png'), ('folder', 'folder/{default}'),
+                                             ('curves.pdf', 'curves.pdf'), ('curves.SVG', 'curves.SVG')])
+def test_plot_writes_the_file_it_prints(capsys, runs, tmp_path, given, written):
+    """A name without a suffix gets `.png` (matplotlib adds it, and the path printed must be the file written), a
+    folder gets the default name, and another suffix names the image's format."""
+    (tmp_path / 'folder').mkdir()
+    uuids = [runs.uuid['alibi16'][:8], runs.uuid['alibi0'][:8]]
+    code, out, err = cli(capsys, runs, 'plot', *uuids, '--out', str(tmp_path / given))
+    assert code == 0, err
+    expected = tmp_path / written.format(default=f"loss.train_loss.valid-{'-'.join(uuids)}.png")
+    assert out.strip() == str(expected)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob('*') if p.is_file()) == \
+        [expected.relative_to(tmp_path)]
+    # the file is the image its suffix names, read back by its own format's signature
+    signatures = {'.png': b'\x89PNG', '.pdf': b'%PDF', '.svg': b'<?xml'}
+    assert expected.read_bytes().startswith(signatures[expected.suffix.lower()])
+
+
+@pytest.mark.parametrize('given, message', [
+    ('curves.txt', "cannot write a plot to '{path}': .txt is no image format; give a name ending in .png, or "
+                   "another of "),
+    ('a_file/curves.png', "cannot write the plot to '{path}': "),
+])
+def test_plot_where_it_cannot_write_is_refused_naming_the_file(capsys, runs, tmp_path, given, message):
+    (tmp_path / 'a_file').write_text('a file where the plot\'s folder would be')
+    code, out, err = cli(capsys, runs, 'plot', runs.uuid['alibi16'], '--out', str(tmp_path / given))
+    assert code == 2 and out == ''
+    assert err.startswith('error: ' + message.format(path=tmp_path / given)), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['a_file']
+
+
+def test_plot_without_matplotlib_says_how_to_install_it(capsys, runs, monkeypatch):
+    monkeypatch.setitem(sys.modules, 'matplotlib', None)  # what `import matplotlib` raises ImportError for
+    code, out, err = cli(capsys, runs, 'plot', runs.uuid['alibi16'])
+    assert code == 2 and out == ''
+    assert err == "error: plotting needs matplotlib: pip install matplotlib (or -e '.[experiments]')\n"
+
+
 def test_the_module_reads_the_working_directory_project(runs):
     """`python -m labml_txl.runs` in a fresh process, in the project's folder, with no --project."""
     done = subprocess.run([sys.executable, '-m', 'labml_txl.runs', 'list', '--full'], cwd=runs.root,
