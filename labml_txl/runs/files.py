@@ -326,5 +326,9 @@ def read_metrics(path: Union[str, Path]) -> Dict[str, List[Tuple[int, float]]]:
     path = Path(path)
     if path.is_dir():
         path = path / METRICS_FILE
-    series = merge_metrics(read_new_lines(path, 0, check_metrics_line).records)
+    return sorted_metrics(merge_metrics(read_new_lines(path, 0, check_metrics_line).records))
+
+
+def sorted_metrics(series: Dict[str, Dict[int, float]]) -> Dict[str, List[Tuple[int, float]]]:
+    """`merge_metrics`'s series as `read_metrics` gives them: in key order, each `(step, value)` in step order."""
     return {key: sorted(values.items()) for key, values in sorted(series.items())}

@@ -30,9 +30,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..configs.validation import short_value
 from ..train.runs import LOCK_FILE, project_root, use_working_directory_project
-from .files import (CONFIGS_FILE, METRICS_FILE, RUN_FILE, STATUS_FILE, RunFileError, check_metrics_line,
-                    check_status_line, experiments_dir, find_run_folders, latest_time, load_yaml_mapping, read_metrics,
-                    read_new_lines, run_uuid_of, trial_time)
+from .files import (CONFIGS_FILE, METRICS_FILE, RUN_FILE, STATUS_FILE, RunFileError, RunFolder, check_metrics_line,
+                    check_status_line, experiments_dir, find_run_folders, latest_time, load_yaml_mapping,
+                    merge_metrics, read_new_lines, run_uuid_of, sorted_metrics, trial_time)
 
 RUNNING = 'running'
 UNFINISHED = 'unfinished'
@@ -316,30 +316,29 @@ def run_status(path: Path, latest_start: Optional[float] = None) -> Tuple[str, O
     return last['status'], None if details is None else str(details), when
 
 
-def _last_metrics_time(path: Path) -> Optional[float]:
-    return latest_time(read_new_lines(path / METRICS_FILE, 0, check_metrics_line).records)
-
-
 def read_run(path: PathLike) -> RunRecord:
     """The run in folder `path` (a folder under `<project>/logs/<name>/`), read from its files (see the module). A
-    file that is missing or being written leaves its fields empty rather than failing."""
+    file that is missing or being written leaves its fields empty rather than failing; a folder with no `run.yaml`
+    (or none any more: deleted while being read) is a `RunLookupError`."""
     path = Path(path)
-    if not (path / RUN_FILE).is_file():
-        raise RunLookupError(f'{path} is not a labml run folder: it has no {RUN_FILE}')
+    try:
+        run_file_time = (path / RUN_FILE).stat().st_mtime
+    except OSError as e:
+        raise RunLookupError(f'{path} is not a labml run folder: it has no {RUN_FILE}') from e
     info = _read_yaml(path / RUN_FILE)
     # The folder's name, as labml made it and as `find_runs` and a resume look it up
     run_uuid = run_uuid_of(path.name) or path.name
     latest_start = trial_time(info)
     status, details, status_time = run_status(path, latest_start)
-    started = uuid_time(run_uuid) or latest_start
-    if started is None:
-        started = (path / RUN_FILE).stat().st_mtime
-    updated = max(t for t in (started, latest_start, status_time, _last_metrics_time(path)) if t is not None)
+    started = uuid_time(run_uuid) or latest_start or run_file_time
+    # log.jsonl is read once, for both its metrics and its latest time: it is the one file that grows large
+    metric_lines = read_new_lines(path / METRICS_FILE, 0, check_metrics_line).records
+    updated = max(t for t in (started, latest_start, status_time, latest_time(metric_lines)) if t is not None)
     tags = info.get('tags') or []
     return RunRecord(uuid=run_uuid, path=path, name=str(info.get('name') or path.parent.name),
                      comment=str(info.get('comment') or ''), tags=[str(t) for t in tags],
                      python_file=info.get('python_file'), status=status, status_details=details, started=started,
-                     updated=updated, configs=read_configs(path), metrics=read_metrics(path))
+                     updated=updated, configs=read_configs(path), metrics=sorted_metrics(merge_metrics(metric_lines)))
 
 
 # ## Finding runs
@@ -354,12 +353,24 @@ def load_runs(project: Optional[PathLike] = None, sweep: Optional[str] = None,
         sweep: only the runs tagged `sweep:<sweep>` (the runs a sweep started).
         name: only the runs of this experiment name (`train_xl`).
     """
-    records = [read_run(folder.path) for folder in find_run_folders(experiments_folder(project))]
+    records = [record for record in map(_read_if_there, find_run_folders(experiments_folder(project)))
+               if record is not None]
     if sweep is not None:
         records = [r for r in records if f'sweep:{sweep}' in r.tags]
     if name is not None:
         records = [r for r in records if r.name == name]
     return sorted(records, key=lambda r: (r.started, r.uuid))
+
+
+def _read_if_there(folder: RunFolder) -> Optional[RunRecord]:
+    """The run of `folder`, or None where its `run.yaml` went away after the folder was listed (a run deleted while
+    the project is read: the others are still listed)."""
+    try:
+        return read_run(folder.path)
+    except RunLookupError:
+        if (folder.path / RUN_FILE).exists():
+            raise
+        return None
 
 
 def find_runs(uuids: Sequence[str], project: Optional[PathLike] = None) -> List[RunRecord]:

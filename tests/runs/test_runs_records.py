@@ -6,6 +6,7 @@ import json
 import shutil
 import time
 
+import pytest
 import yaml
 
 from labml_txl.configs.validation import resolved
@@ -109,6 +110,32 @@ def test_runs_are_listed_first_started_first(runs, tmp_path):
     assert [r.uuid for r in listed] == ['b-first', 'a-second']
     # their ages, since their starts
     assert [line.split()[6:8] for line in runs_table(listed).split('\n')[2:]] == [['20', 'min'], ['10', 'min']]
+
+
+def test_a_run_deleted_while_the_project_is_read_is_left_out(runs, tmp_path, monkeypatch):
+    for name in ('kept-a', 'deleted', 'kept-b'):
+        _copy(runs, tmp_path, name)
+    listed_folders = records.find_run_folders
+
+    def listed_then_one_deleted(experiments):
+        folders = listed_folders(experiments)
+        shutil.rmtree(tmp_path / 'logs' / 'train_xl' / 'deleted')  # after it was listed, before it is read
+        return folders
+
+    monkeypatch.setattr(records, 'find_run_folders', listed_then_one_deleted)
+    assert sorted(r.uuid for r in load_runs(tmp_path)) == ['kept-a', 'kept-b']
+
+
+def test_a_folder_whose_run_yaml_is_there_but_unreadable_still_fails_the_list(runs, tmp_path, monkeypatch):
+    """Only a run that went away is left out: a read that fails for another reason is not hidden."""
+    _copy(runs, tmp_path, 'kept')
+
+    def refused(path):
+        raise records.RunLookupError(f'{path}: broken')
+
+    monkeypatch.setattr(records, 'read_run', refused)
+    with pytest.raises(records.RunLookupError, match='kept: broken'):
+        load_runs(tmp_path)
 
 
 def test_a_run_whose_lock_is_held_is_running(runs, tmp_path, monkeypatch):
