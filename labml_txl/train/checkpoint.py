@@ -270,6 +270,13 @@ def check_finite_state(state: Dict[str, Any], source: str) -> None:
 
 def load_model_state(model: torch.nn.Module, state: Dict[str, torch.Tensor], source: str) -> None:
     """`model.load_state_dict(state)` with an error that names the checkpoint and the first mismatched tensor."""
+    check_model_state(model, state, source)
+    model.load_state_dict(state)
+
+
+def check_model_state(model: torch.nn.Module, state: Dict[str, torch.Tensor], source: str) -> None:
+    """A `CheckpointError` naming the checkpoint `source` and the first tensor of `state` that `model` has not, lacks
+    or has of another shape, where there is one."""
     own = model.state_dict()
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))
@@ -286,4 +293,3 @@ def load_model_state(model: torch.nn.Module, state: Dict[str, torch.Tensor], sou
         if unexpected:
             details.append(f"not in the model: {unexpected[:3]}")
         raise CheckpointError(f"checkpoint {source} is from a model of another shape: " + '; '.join(details))
-    model.load_state_dict(state)

@@ -37,7 +37,8 @@ import torch
 from labml import monit, tracker
 
 from ..fast import native
-from .checkpoint import checkpoint_steps, check_finite_state, load_model_state, non_finite_values, save_checkpoint
+from .checkpoint import (CheckpointError, checkpoint_steps, check_finite_state, check_model_state, non_finite_values,
+                         save_checkpoint)
 from .configs import TrainXLConfigs, aux_loss_weights, check_splits_fit, check_training_configs, device_of
 from .distributed import DistributedContext, check_divisible
 from .interruption import StopSignals, TrainingInterrupted
@@ -183,11 +184,13 @@ class Trainer:
 
     # ## Steps
 
+    def _autocast_dtype(self) -> Optional[torch.dtype]:
+        """The dtype the steps run in under autocast (`precision`), None for float32."""
+        return {'float32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}[self.conf.precision]
+
     def _autocast(self):
-        if self.conf.precision == 'float32':
-            return contextlib.nullcontext()
-        dtype = torch.bfloat16 if self.conf.precision == 'bf16' else torch.float16
-        return torch.autocast(self.device.type, dtype=dtype)
+        dtype = self._autocast_dtype()
+        return contextlib.nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
 
     def train_step(self, data: torch.Tensor, target: torch.Tensor) -> float:
         """One optimizer step on a segment; returns its mean loss."""
@@ -326,7 +329,9 @@ class Trainer:
         is not finite (training from it would only give `loss nan`) or does not fit the model, before anything is
         changed."""
         check_finite_state(state, source)
-        load_model_state(self.model, state['model'], source)
+        check_model_state(self.model, state['model'], source)
+        self._check_resumed_memories(state['mems'], source)
+        self.model.load_state_dict(state['model'])
         self.optimizer.load_state_dict(state['optimizer'])
         self.scheduler.load_state_dict(state['scheduler'])
         self.scaler.load_state_dict(state['scaler'])
@@ -341,6 +346,22 @@ class Trainer:
         random.setstate(state['rng']['python'])
         if state['rng']['cuda'] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state['rng']['cuda'])
+
+    def _check_resumed_memories(self, mems: Optional[List[torch.Tensor]], source: str) -> None:
+        """A `CheckpointError` naming the checkpoint `source` where its memories (every column's) are not the states
+        this model keeps with the settings it has now, as its first step would find them. Settings given with
+        `resume=` can change that layout without changing a weight (`mem_len=0`, `cmem_len` with
+        `compression=max_pool`, `precision`), so the check on the weights' shapes does not see it; the run would fail
+        at its first step after recording the settings, and every later resume the same way."""
+        if mems is None:  # a new stream: the memories start empty, whatever the model keeps
+            return
+        try:
+            self.model.check_mems([m.to(self.device) for m in mems], self.conf.batch_size, self._autocast_dtype())
+        except (TypeError, ValueError) as error:
+            raise CheckpointError(f"checkpoint {source} holds memories this model cannot continue from: {error}. "
+                                  f"The settings given with resume= change what the model keeps between segments "
+                                  f"(mem_len=0 or not, cmem_len, compression, a memory mechanism, precision): "
+                                  f"resume with the run's own, or start a new run with them") from error
 
     def _all_columns(self, mems: List[torch.Tensor]) -> List[torch.Tensor]:
         """The memories of every column of the batch (gathered from the ranks when distributed)."""

@@ -291,11 +291,23 @@ class MemTransformerLM(nn.Module):
         check_tokens('data', data, self.n_token, check_values=not plan.compiling)
         if mems is None or len(mems) == 0:
             return self.init_mems(data.shape[1])
+        self.check_mems(mems, data.shape[1], plan.autocast)
+        return list(mems)
+
+    def check_mems(self, mems: Sequence[torch.Tensor], bsz: int, autocast: Optional[torch.dtype] = None) -> None:
+        """
+        A `ValueError` or `TypeError` naming what is wrong with `mems` as the states of a batch of `bsz` for this
+        model as it is set now (`StateLayout.check`): their number, or a tensor's dtype, device, features or batch.
+
+        Args:
+            mems: the flat list of states, as `forward` takes them.
+            bsz: the batch size of the data they go with.
+            autocast: the dtype of the autocast region the forward runs in, if any.
+        """
         weight = self.word_emb.emb_layers[0].weight
         # Hidden states are of the parameters' dtype, or of autocast's where it runs (a projected embedding)
-        dtypes = {weight.dtype} | ({plan.autocast} if plan.autocast is not None else set())
-        StateLayout(self.memories_on()).check(list(mems), data.shape[1], weight, dtypes)
-        return list(mems)
+        dtypes = {weight.dtype} | ({autocast} if autocast is not None else set())
+        StateLayout(self.memories_on()).check(list(mems), bsz, weight, dtypes)
 
     # -- the model --
 

@@ -74,6 +74,45 @@ def test_a_failed_resume_leaves_the_run_as_it_was(finished_run, overrides, error
     assert [step for step, _ in resumed.history] == [5, 6] and checkpoint_steps(run_path / 'checkpoints') == [4, 6]
 
 
+# Settings that change what the model keeps between segments but no weight (max pooling has none), so that only the
+# checkpoint's memories show the change: the run once recorded them and failed at its first step, every later resume
+# the same way
+LAYOUT_CHANGED = r"checkpoint .*checkpoints/4 holds memories this model cannot continue from: {}.*\. The settings given"
+
+
+@pytest.mark.parametrize('overrides, message', [
+    ({'mem_len': 0}, r"2 memories are not accepted: this model keeps no memory now"),
+    ({'cmem_len': 4, 'compression': 'max_pool', 'compression_rate': 2},
+     r"2 memories are not accepted: expected n_layer \+ 1 = 2 tensors .*, then n_layer = 1 compressed memories"),
+])
+def test_a_resume_that_changes_what_the_model_keeps_is_refused_before_anything_is_written(finished_run, overrides,
+                                                                                            message):
+    run_path, saved = finished_run
+    before = _files(run_path)
+    with pytest.raises(CheckpointError, match=LAYOUT_CHANGED.format(message)):
+        train_xl.train({**overrides, 'max_step': 6}, resume='finished', screen=False)
+    assert _files(run_path) == before
+    resumed = train_xl.train({'max_step': 6}, resume='finished', screen=False)
+    assert [step for step, _ in resumed.history] == [5, 6]
+
+
+def test_a_compressive_run_resumed_without_its_compressed_memory_is_refused(lab_dir, monkeypatch):
+    """The issue's case: `compression=max_pool` has no weights, so `cmem_len=0` changes no shape."""
+    monkeypatch.setenv('RUN_UUID', 'compressive')
+    compressive = {**SMALL, 'cmem_len': 4, 'compression': 'max_pool', 'compression_rate': 2}
+    run_path = train_xl.train(compressive, screen=False).checkpoint_dir.parent
+    monkeypatch.delenv('RUN_UUID')
+    before = _files(run_path)
+    with pytest.raises(CheckpointError, match=LAYOUT_CHANGED.format(r"3 memories are not accepted: expected "
+                                                                    r"n_layer \+ 1 = 2 tensors \[mlen, bsz, "
+                                                                    r"d_model\] \(the input of every layer and "
+                                                                    r"the last output\), as returned")):
+        train_xl.train({'cmem_len': 0, 'max_step': 6}, resume='compressive', screen=False)
+    assert _files(run_path) == before
+    resumed = train_xl.train({'max_step': 6}, resume='compressive', screen=False)
+    assert [step for step, _ in resumed.history] == [5, 6]
+
+
 @pytest.mark.parametrize('argument, message', [
     ('resume=None', r"resume=None is not accepted: give the UUID of the run to continue"),
     ('resume=', r"resume='' is not accepted: give the UUID"),
