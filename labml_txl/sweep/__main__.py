@@ -4,9 +4,11 @@ Run an experiment script over the product of lists of settings, one labml run pe
     python -m labml_txl.sweep experiments/train_xl.py attention=relative,rotary,alibi mem_len=0,64 max_step=500
 
 Stopped part-way (Ctrl-C) and started again with the same arguments, it continues: completed runs are not run
-again, an interrupted one resumes from its checkpoint. At the end it prints the comparison of the sweep's runs
-(`python -m labml_txl.runs compare`) and writes it, with a plot of `--metric`, to `logs/sweeps/<id>/` in the
-working directory's labml project.
+again, an interrupted one resumes from its checkpoint (also after a resume by hand: a resumed run keeps its tag),
+and one killed before its first checkpoint starts again. At the end it prints the comparison of the sweep's runs, one
+per point (`python -m labml_txl.runs compare`), and writes it, with a plot of `--metric`, to `logs/sweeps/<id>/` in
+the working directory's labml project. One process at a time runs a sweep: started again while it runs, it is
+refused (exit code 2), naming the process that holds `logs/sweeps/<id>/sweep.lock`.
 """
 import argparse
 import sys
@@ -21,7 +23,7 @@ def _parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog='python -m labml_txl.sweep', description=__doc__.strip().split('\n\n')[0],
                                      epilog=__doc__.strip().split('\n\n', 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('script', help='the experiment script, e.g. experiments/train_xl.py')
+    parser.add_argument('script', help='the experiment script (a file), e.g. experiments/train_xl.py')
     parser.add_argument('settings', nargs='*', metavar='key=v1,v2,...',
                         help="the script's settings; a list separated by commas is swept over")
     parser.add_argument('--metric', default='loss.valid', help='the metric to plot (default loss.valid)')

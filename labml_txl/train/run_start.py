@@ -7,7 +7,8 @@ Every experiment script makes its labml run through `create_run` and trains insi
 * its comment is what it is: the overrides whose values differ from the configs' defaults, as `key=value`
   (`attention=alibi mem_len=64`), so two runs of one script are told apart in `runs list` and on the dashboard;
 * its tags say which sweep it belongs to, if any (`sweep:<id>`, given by `labml_txl.sweep` through the
-  `LABML_TXL_SWEEP` environment variable);
+  `LABML_TXL_SWEEP` environment variable); a resumed run keeps the tags it had (`keep_resumed_tags`), so a sweep's
+  run resumed by hand stays the sweep's;
 * its overrides are kept in `overrides.json` (so a resume or a sweep rebuilds the same configs);
 * its metrics are kept in `log.jsonl` whether or not a dashboard is up (`metrics_file`);
 * it reports live to the dashboard where one is configured (`live_report`): by `report_to_dashboard()`, by
@@ -28,6 +29,7 @@ from labml.internal.tracker import tracker_singleton
 
 from ..configs.validation import default_of
 from ..dashboard.server import connection_error
+from ..runs.files import RunFileError, load_yaml_mapping
 from .metrics_file import METRICS_FILE, MetricsFileWriter
 from .runs import use_working_directory_project
 
@@ -53,6 +55,26 @@ def sweep_tags() -> Set[str]:
     """`{'sweep:<id>'}` for a run a sweep started, else nothing."""
     sweep = os.environ.get(SWEEP_ENV, '').strip()
     return {f'sweep:{sweep}'} if sweep else set()
+
+
+def keep_resumed_tags(run) -> None:
+    """
+    Give `run` (labml's, created and not yet started) the tags of the run it resumes as well: those of the
+    `run.yaml` already in its folder, which labml rewrites at the start with the tags given to this start alone. A
+    sweep's run resumed by hand (without `LABML_TXL_SWEEP`) would otherwise lose its `sweep:<id>`, and the sweep
+    would train that point again. A new run's folder has no `run.yaml`: nothing changes.
+
+    Args:
+        run: `experiment_singleton().run` after `experiment.create`.
+    """
+    try:
+        saved = load_yaml_mapping(run.info_path, missing_ok=True)
+    except RunFileError as error:
+        print(f"note: the run's earlier tags are lost: {error}", file=sys.stderr)
+        return
+    tags = saved.get('tags') if saved else None
+    if isinstance(tags, list) and tags:
+        run.tags = sorted(set(map(str, tags)) | sweep_tags())
 
 
 def live_report(labml_options: Dict[str, Any]) -> Set[str]:
@@ -90,7 +112,8 @@ def create_run(name: str, conf: BaseConfigs, overrides: Dict[str, Any], uuid: Op
         name: the run's name, the script's (`train_xl`).
         conf: the configs the run computes.
         overrides: the settings applied to `conf`: the script's defaults and the user's.
-        uuid: the run's UUID (a resume, or one chosen for every rank of a distributed run), else a new one.
+        uuid: the run's UUID (a resume, which keeps the run's tags, or one chosen for every rank of a
+            distributed run), else a new one.
         screen: print the tracked values on the console.
         script: the script's path, labml's `python_file` of the run.
         script_defaults: the script's own defaults among `overrides` (a demo's model), left out of the comment
@@ -102,6 +125,7 @@ def create_run(name: str, conf: BaseConfigs, overrides: Dict[str, Any], uuid: Op
     writers = ({'screen'} if screen else set()) | live_report(labml_options)
     experiment.create(name=name, uuid=uuid, comment=comment, writers=writers,
                       tags=sweep_tags() or None, python_file=script, **labml_options)
+    keep_resumed_tags(experiment_singleton().run)
     experiment.configs(conf, overrides)
 
 
