@@ -66,6 +66,18 @@ sent again from the whole file (`files.merge_metrics`): the steps that the stopp
 gone even where the resumed run has not made them again yet, and of a step written twice the value written last is
 shown, the series `labml_txl.runs.read_metrics` reads from the same file.
 
+A record that cannot be read (not JSON, cut short, a field of the wrong type: `read_progress`) stops the dashboard at
+its start, naming the file, what is wrong in it and what to do (restore it, or delete it): with no record, every run
+already in the store would be taken for one reported live and no longer followed. Changed while the dashboard runs
+(damaged, edited or deleted), it is written again at the next scan from what the follower holds, with a line saying
+so, so that the next start finds it whole.
+
+## The order of a scan's work
+
+A scan imports each run as soon as it has read it, the runs with the least of their `log.jsonl` to read first: a
+long run (tens of MB take seconds to read) holds back no other, and one with more than `LONG_READ_BYTES` (8 MiB) to
+read is named in a line before its read, since nothing new of it shows until then.
+
 ## What is skipped, and retried
 
 A folder with no `run.yaml` is not a run (yet). A run first seen less than `grace_seconds` (5 s) after its
@@ -91,7 +103,7 @@ from urllib.parse import urlencode
 from ..runs.files import (CONFIGS_FILE, INDICATORS_FILE, METRICS_FILE, RUN_FILE, STATUS_FILE, RunFileError, RunFolder,
                           check_metrics_line, check_status_line, experiments_dir, find_run_folders, latest_time,
                           load_yaml_mapping, merge_metrics, read_new_lines, trial_time)
-from .store import write_atomically
+from .store import DamagedStoreFile, read_json_file, write_atomically
 
 PROGRESS_FILE = 'project_runs.json'
 PROGRESS_VERSION = 1
@@ -110,6 +122,13 @@ RESUMED_AFTER_SECONDS = 1.0
 APPLY_TIMEOUT_SECONDS = 600
 # How long a run whose import failed waits before the next try
 RETRY_SECONDS = 30
+# A run with more of its log.jsonl than this to read is named in a line before the read (a while without news)
+LONG_READ_BYTES = 8 * 2 ** 20
+# The end of the message that refuses a damaged project_runs.json (`read_progress`)
+RESTORE_OR_DELETE_PROGRESS = (
+    "it is the project follower's record of the runs it imported and how far: restore it from a copy of the data "
+    "directory; or delete it, and the runs already on the dashboard stay as they are but are no longer followed, "
+    "the others (those deleted on the dashboard too) are imported; a fresh --data-dir imports and follows every run")
 
 
 # True in the follower's own requests to the app
@@ -170,6 +189,105 @@ def file_size(path: Path) -> int:
         return path.stat().st_size
     except FileNotFoundError:
         return 0
+
+
+def _shown(value: Any) -> str:
+    """`value` as JSON, cut at 60 characters: a wrong value in a message."""
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + '...'
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# The fields of a run's entry in project_runs.json, as `ProjectFollower._read` writes them: what each accepts, said
+ENTRY_FIELDS = {
+    'state': (lambda v: v in (FOLLOWING, REPORTED_LIVE, DELETED), f'"{FOLLOWING}", "{REPORTED_LIVE}" or "{DELETED}"'),
+    'folder': (lambda v: isinstance(v, str), "the run's folder (a string)"),
+    'log_offset': (_is_count, 'a byte offset (an integer, 0 or more)'),
+    'status_offset': (_is_count, 'a byte offset (an integer, 0 or more)'),
+    'last_steps': (lambda v: isinstance(v, dict) and all(_is_number(step) for step in v.values()),
+                   "an object of each series' last step sent"),
+    'configs_signature': (lambda v: v is None or isinstance(v, list) and len(v) == 2 and all(map(_is_count, v)),
+                          'null or [mtime_ns, size]'),
+    'status': (lambda v: v is None or isinstance(v, list) and len(v) == 2 and isinstance(v[0], str)
+               and _is_number(v[1]), 'null or [status, time]'),
+    'last_time': (lambda v: v is None or _is_number(v), 'null or a time in seconds'),
+    'pending': (lambda v: isinstance(v, bool), 'true or false'),
+}
+# Those every entry has, and those a followed run's has too (the ones the follower cannot do without)
+EVERY_ENTRY_NEEDS = ('state', 'folder')
+FOLLOWED_ENTRY_NEEDS = ('log_offset', 'status_offset', 'last_steps')
+
+
+def _field_problem(mapping: Dict[str, Any], key: str, accepts: Callable[[Any], bool], accepted: str) -> Optional[str]:
+    if key not in mapping:
+        return f'"{key}" is missing'
+    if not accepts(mapping[key]):
+        return f'"{key}" is {_shown(mapping[key])}, where it is {accepted}'
+    return None
+
+
+def entry_problem(entry: Any) -> Optional[str]:
+    """
+    Why `entry` is not a run's entry of `project_runs.json` as the follower writes it; None when it is one.
+
+    Args:
+        entry: the entry, as parsed.
+    """
+    if not isinstance(entry, dict):
+        return f"{_shown(entry)}, where a run's entry is a JSON object"
+    needed = EVERY_ENTRY_NEEDS + (FOLLOWED_ENTRY_NEEDS if entry.get('state') == FOLLOWING else ())
+    for key, (accepts, accepted) in ENTRY_FIELDS.items():
+        why = _field_problem(entry, key, accepts, accepted) if key in entry or key in needed else None
+        if why is not None:
+            return why
+    return None
+
+
+def progress_problem(data: Any) -> Optional[str]:
+    """
+    Why `data` is not the follower's record (`project_runs.json`, parsed) of this version; None when it is.
+
+    Args:
+        data: the file's JSON.
+    """
+    if not isinstance(data, dict):
+        return f'{_shown(data)}, where the record is a JSON object'
+    why = (_field_problem(data, 'version', lambda v: v == PROGRESS_VERSION, str(PROGRESS_VERSION))
+           or _field_problem(data, 'runs', lambda v: isinstance(v, dict), 'a JSON object of the runs by uuid'))
+    if why is not None:
+        return why
+    for uuid, entry in data['runs'].items():
+        why = entry_problem(entry)
+        if why is not None:
+            return f'run {uuid}: {why}'
+    return None
+
+
+def read_progress(path: Path) -> Dict[str, Dict[str, Any]]:
+    """
+    The runs of the follower's record `path` (`project_runs.json`) by uuid, `{}` when there is none. One that is not
+    JSON (cut short, say) or not of the record's shape is a `DamagedStoreFile` (a `ValueError`: the dashboard does
+    not start) naming it, what is wrong in it and what to do: starting with no record would leave every run it
+    imported unfollowed (taken for a run reported live).
+
+    Args:
+        path: the file.
+    """
+    try:
+        data = read_json_file(path, RESTORE_OR_DELETE_PROGRESS)
+    except FileNotFoundError:
+        return {}
+    why = progress_problem(data)
+    if why is not None:
+        raise DamagedStoreFile(path, why, RESTORE_OR_DELETE_PROGRESS)
+    return data['runs']
 
 
 class ImportFailed(RuntimeError):
@@ -325,7 +443,8 @@ class ProjectFollower:
 
     Args:
         project: the project's folder (its runs are under `files.experiments_dir(project)`).
-        data_dir: the dashboard's store; the follower keeps its progress in `data_dir/project_runs.json`.
+        data_dir: the dashboard's store; the follower keeps its progress in `data_dir/project_runs.json` (a damaged
+            one is a `DamagedStoreFile` here, `read_progress`).
         app: labml_app's ASGI app (with `ClaimForToken` in front), which the import requests go to.
         token: the token of the track requests (`labml_txl.dashboard.LOCAL_TOKEN`): runs are the local user's.
         log: where the follower's lines go.
@@ -353,31 +472,43 @@ class ProjectFollower:
         self._thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
         self._saved: Optional[str] = None
-        self.runs: Dict[str, Dict[str, Any]] = self._load_progress()
+        self.runs: Dict[str, Dict[str, Any]] = read_progress(self.progress_path)  # a damaged one stops the start
+        # (mtime, size) of the record as read or last written: another change to it is met at the next scan
+        self._saved_signature = file_signature(self.progress_path)
         self._summary = self._summarize()
 
     # -- state
 
-    def _load_progress(self) -> Dict[str, Dict[str, Any]]:
-        if not self.progress_path.exists():
-            return {}
-        try:
-            data = json.loads(self.progress_path.read_text(encoding='utf-8'))
-            runs = data['runs']
-            if data.get('version') != PROGRESS_VERSION or not isinstance(runs, dict):
-                raise ValueError(f'version {data.get("version")!r}, expected {PROGRESS_VERSION}')
-            return runs
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            # Starting over is safe: the runs already in the store are then left alone as if reported live
-            self.log(f'{self.progress_path} is not readable ({e}); the runs already on the dashboard are left as '
-                     f'they are, the others imported')
-            return {}
-
-    def _save_progress(self) -> None:
+    def _save_progress(self, again: bool = False) -> None:
+        """Write the record where it changed (`again`: in any case)."""
         text = json.dumps({'version': PROGRESS_VERSION, 'runs': self.runs}, indent=1)
-        if text != self._saved:
+        if again or text != self._saved:
             write_atomically(self.progress_path, text)
             self._saved = text
+            self._saved_signature = file_signature(self.progress_path)
+
+    def _keep_progress_file(self) -> None:
+        """Write the record again, saying so in a line, where its file changed since the follower read or wrote it
+        (damaged, edited or deleted while the dashboard runs): what the follower holds is what it imported, and the
+        next start must find it whole."""
+        if file_signature(self.progress_path) == self._saved_signature:
+            return
+        change = self._progress_file_change()
+        if change is not None:
+            self.log(f'{self.progress_path} was {change} while the dashboard ran: written again from what the '
+                     f'follower holds (edit it only with the dashboard stopped)')
+        self._save_progress(again=True)
+
+    def _progress_file_change(self) -> Optional[str]:
+        """How the record's file differs from what the follower holds: `deleted`, `damaged (why)`, `edited`; None
+        where it holds the same."""
+        if not self.progress_path.exists():
+            return 'deleted'
+        try:
+            found = read_progress(self.progress_path)
+        except DamagedStoreFile as e:
+            return f'damaged ({e.why})'
+        return None if found == self.runs else 'edited'
 
     def _say_once(self, key: str, message: str) -> None:
         if key not in self._said:
@@ -446,12 +577,25 @@ class ProjectFollower:
     # -- a scan
 
     def scan_once(self) -> None:
-        """One pass over the project: import what is new, save the progress. Needs `start` (the loop) first."""
+        """One pass over the project: import what is new, each run as soon as it is read and those with least to read
+        first (a long run holds back no other), and save the progress. Needs `start` (the loop) first."""
+        self._keep_progress_file()
         try:
             experiments = experiments_dir(self.project)
         except RunFileError as e:
             self._say_once(f'project:{e}', f'cannot find the runs of {self.project}: {e}; trying again')
             return
+        candidates = self._candidates(experiments)
+        if not candidates:
+            return
+        existing = self._on_loop(self._existing([folder.uuid for folder, _ in candidates]))
+        for folder, entry in sorted(candidates, key=lambda candidate: self._bytes_to_read(*candidate)):
+            self._follow_run(folder, entry, folder.uuid in existing)
+        self._save_progress()
+
+    def _candidates(self, experiments: Path) -> List[Tuple[RunFolder, Optional[Dict[str, Any]]]]:
+        """The run folders under `experiments` that a scan looks into, each with its progress entry (None: a run
+        not met before): new runs past their grace time, and followed runs whose files changed."""
         candidates = []
         now = time.time()
         for folder in find_run_folders(experiments):
@@ -473,51 +617,51 @@ class ProjectFollower:
                 if not entry.get('pending') and not self._changed(folder, entry):
                     continue
             candidates.append((folder, entry))
-        if not candidates:
-            return
+        return candidates
 
-        existing = self._on_loop(self._existing([folder.uuid for folder, _ in candidates]))
-        plans = []
-        for folder, entry in candidates:
-            exists = folder.uuid in existing
-            if entry is None and exists:
-                self.runs[folder.uuid] = {'state': REPORTED_LIVE, 'folder': str(folder.path)}
-                self.log(f'run {folder.uuid} ({folder.path}) was reported to the dashboard live: left as it is')
-                continue
-            if entry is not None and not entry.get('pending') and not exists:
-                entry['state'] = DELETED
-                self.log(f'run {folder.uuid} was deleted on the dashboard: it is not imported again')
-                continue
-            try:
-                plan = self._plan(folder, entry, exists)
-            except RunFileError as e:
-                self._say_once(f'file:{e}', f'run {folder.uuid} skipped for now: {e}')
-                continue
-            except Exception as e:  # unreadable (permissions, ...): this run only
-                self._say_once(f'read:{folder.path}:{e}', f'run {folder.uuid} skipped for now: reading {folder.path} '
-                                                          f'failed ({type(e).__name__}: {e})')
-                continue
-            if plan.packets or plan.reset:
-                plans.append(plan)
-            else:
-                self.runs[folder.uuid] = plan.entry  # only skipped lines: nothing to send
-        if plans:
-            for plan in plans:
-                self.runs[plan.folder.uuid] = {**(self.runs.get(plan.folder.uuid) or plan.entry), 'pending': True}
-            self._save_progress()
-            results = self._on_loop(self._apply_all(plans))
-            for plan, result in zip(plans, results):
-                if isinstance(result, BaseException):
-                    self._say_once(f'apply:{plan.folder.uuid}:{result}',
-                                   f'run {plan.folder.uuid}: the import failed ({type(result).__name__}: {result}); '
-                                   f'trying again every {RETRY_SECONDS} s')
-                    self._retry_at[plan.folder.uuid] = time.time() + RETRY_SECONDS
-                    continue
-                self._retry_at.pop(plan.folder.uuid, None)
-                self.runs[plan.folder.uuid] = plan.entry
-                if plan.create:
-                    self.log(f'run {plan.folder.uuid} imported from {plan.folder.path}')
+    def _follow_run(self, folder: RunFolder, entry: Optional[Dict[str, Any]], exists: bool) -> None:
+        """Read what is new of the run in `folder` and import it at once. `entry`: its progress (None: not met
+        before); `exists`: whether the store has the run."""
+        if entry is None and exists:
+            self.runs[folder.uuid] = {'state': REPORTED_LIVE, 'folder': str(folder.path)}
+            self.log(f'run {folder.uuid} ({folder.path}) was reported to the dashboard live: left as it is')
+            return
+        if entry is not None and not entry.get('pending') and not exists:
+            entry['state'] = DELETED
+            self.log(f'run {folder.uuid} was deleted on the dashboard: it is not imported again')
+            return
+        try:
+            plan = self._plan(folder, entry, exists)
+        except RunFileError as e:
+            self._say_once(f'file:{e}', f'run {folder.uuid} skipped for now: {e}')
+            return
+        except Exception as e:  # unreadable (permissions, ...): this run only
+            self._say_once(f'read:{folder.path}:{e}', f'run {folder.uuid} skipped for now: reading {folder.path} '
+                                                      f'failed ({type(e).__name__}: {e})')
+            return
+        if plan.packets or plan.reset:
+            self._import(plan)
+        else:
+            self.runs[folder.uuid] = plan.entry  # only skipped lines: nothing to send
+
+    def _import(self, plan: _Plan) -> None:
+        """Send `plan` to the app, marked `pending` in the saved progress until it is done (an import cut short is
+        done again whole at the next start); a failed one is logged and tried again `RETRY_SECONDS` later."""
+        uuid = plan.folder.uuid
+        self.runs[uuid] = {**(self.runs.get(uuid) or plan.entry), 'pending': True}
         self._save_progress()
+        try:
+            self._on_loop(self._apply(plan))
+        except Exception as e:
+            self._say_once(f'apply:{uuid}:{e}', f'run {uuid}: the import failed ({type(e).__name__}: {e}); trying '
+                                                f'again every {RETRY_SECONDS} s')
+            self._retry_at[uuid] = time.time() + RETRY_SECONDS
+            return
+        self._retry_at.pop(uuid, None)
+        self.runs[uuid] = plan.entry
+        self._summary = self._summarize()
+        if plan.create:
+            self.log(f'run {uuid} imported from {plan.folder.path}')
 
     @staticmethod
     def _changed(folder: RunFolder, entry: Dict[str, Any]) -> bool:
@@ -526,16 +670,26 @@ class ProjectFollower:
                 or file_size(folder.file(STATUS_FILE)) != entry.get('status_offset')
                 or (list(signature) if signature else None) != entry.get('configs_signature'))
 
+    @staticmethod
+    def _reads_whole(folder: RunFolder, entry: Optional[Dict[str, Any]]) -> bool:
+        """Whether the run's files are read from their start: a new run, an import cut short, or a file that shrank
+        (replaced)."""
+        return bool(entry is None or entry.get('pending') or entry.get('log_offset') is None
+                    or file_size(folder.file(METRICS_FILE)) < entry['log_offset']
+                    or file_size(folder.file(STATUS_FILE)) < entry['status_offset'])
+
+    def _bytes_to_read(self, folder: RunFolder, entry: Optional[Dict[str, Any]]) -> int:
+        """How much of the run's `log.jsonl` its next read reads."""
+        size = file_size(folder.file(METRICS_FILE))
+        return size if self._reads_whole(folder, entry) else size - entry['log_offset']
+
     def _plan(self, folder: RunFolder, entry: Optional[Dict[str, Any]], exists: bool) -> _Plan:
         """What to send for `folder` (run files read here, off the loop); raises `RunFileError` for a damaged
         YAML file."""
-        metrics_path, status_path = folder.file(METRICS_FILE), folder.file(STATUS_FILE)
-        # From the start: a new run, an import cut short, or a file that shrank (replaced)
-        whole = entry is None or entry.get('pending') or entry.get('log_offset') is None \
-            or file_size(metrics_path) < entry['log_offset'] or file_size(status_path) < entry['status_offset']
+        whole = self._reads_whole(folder, entry)
         sent_before = set((entry or {}).get('last_steps') or {})
         for attempt in range(2):
-            plan = self._read(folder, None if whole else entry, create=not exists, reset=exists and bool(whole),
+            plan = self._read(folder, None if whole else entry, create=not exists, reset=exists and whole,
                               sent_before=sent_before)
             if plan is not None:
                 return plan
@@ -566,7 +720,9 @@ class ProjectFollower:
             if configs is not None:
                 packets.append({'configs': configs, 'time': now})
 
-        metrics = read_new_lines(folder.file(METRICS_FILE), entry['log_offset'] if entry else 0, check_metrics_line)
+        log_offset = entry['log_offset'] if entry else 0
+        self._say_if_long_read(folder, log_offset)
+        metrics = read_new_lines(folder.file(METRICS_FILE), log_offset, check_metrics_line)
         statuses = read_new_lines(folder.file(STATUS_FILE), entry['status_offset'] if entry else 0,
                                   check_status_line)
         for problem in metrics.problems + statuses.problems:
@@ -605,19 +761,24 @@ class ProjectFollower:
                      last_time=last_time if (series or statuses.records or entry is None) else None,
                      new_loss=new_loss)
 
+    def _say_if_long_read(self, folder: RunFolder, offset: int) -> None:
+        """A line naming the run about to be read, where its `log.jsonl` has more than `LONG_READ_BYTES` from
+        `offset` on: nothing new of it shows while it is read, and the line says why."""
+        unread = file_size(folder.file(METRICS_FILE)) - offset
+        if unread > LONG_READ_BYTES:
+            self.log(f'run {folder.uuid}: reading {unread / 2 ** 20:.1f} MiB of {folder.file(METRICS_FILE)}; it '
+                     f'shows once read')
+
     # -- on the loop
 
     async def _existing(self, uuids: Sequence[str]) -> Set[str]:
         from labml_app.db import run
         return {uuid for uuid in uuids if run.get(uuid) is not None}
 
-    async def _apply_all(self, plans: Sequence[_Plan]) -> List[Any]:
-        return await asyncio.gather(*(self._apply(plan) for plan in plans), return_exceptions=True)
-
     async def _apply(self, plan: _Plan) -> None:
         from labml import __version__ as labml_version
         from labml_app.db import run
-        _IMPORTING.set(True)  # in this task's context only: gather runs each plan in a task of its own
+        _IMPORTING.set(True)  # in this task's context only: `_on_loop` runs each plan in a task of its own
         uuid = plan.folder.uuid
         packets = plan.packets
         if plan.reset:

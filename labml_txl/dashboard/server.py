@@ -233,7 +233,7 @@ def create_app(data_dir: Union[str, Path], port: int = DEFAULT_PORT, project: Un
     """
     from .assets import LocalPageApp, find_assets, rewrite_index_html
     from .local_runs import ClaimForToken
-    from .project_runs import FollowProject, ProjectFollower
+    from .project_runs import PROGRESS_FILE, FollowProject, ProjectFollower, read_progress
     from .request_checks import RequestChecks
     from .store import check_data_dir
     from ..runs.files import experiments_dir
@@ -241,6 +241,8 @@ def create_app(data_dir: Union[str, Path], port: int = DEFAULT_PORT, project: Un
     check_port(port)
     data_dir = check_data_dir(data_dir)
     project = check_project(project) if project is not None else None
+    if project is not None:
+        read_progress(data_dir / PROGRESS_FILE)  # a damaged record refuses the start before labml_app is imported
     # labml_app starts every new series with numpy's mean of no values, which warns on stderr for each
     warnings.filterwarnings('ignore', message='Mean of empty slice', category=RuntimeWarning, module=r'numpy\.')
     warnings.filterwarnings('ignore', message='invalid value encountered in scalar divide', category=RuntimeWarning,

@@ -14,7 +14,8 @@ Nothing is ever removed except by the app's own delete actions (e.g. deleting a 
 A file damaged by something else (a copy cut short, a disk filled up, an edit by hand) is named, never a bare parse
 error: `init_file_db` reads every index file before the app starts and refuses a damaged one (`ValueError`, so the
 dashboard does not start), and a model or index that fails to load later raises `DamagedStoreFile`, whose one-line
-message (the dashboard's answer to that request, `request_checks`) says which file and why.
+message (the dashboard's answer to that request, `request_checks`) says which file and why. `read_json_file` is
+that reading for any JSON file of the store (the project follower's `project_runs.json` too, with its own advice).
 
 One server at a time uses a store: each keeps its indexes in memory and writes them whole, so two would drop each
 other's runs from `RunIndex.json`. `lock_store` takes `DATA_DIR/dashboard.lock` (`labml_txl.file_lock`, released
@@ -24,7 +25,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Iterable, Type, Union
+from typing import Any, Callable, Iterable, Type, Union
 
 from labml_db import Index, Model
 from labml_db.driver.file import FileDbDriver
@@ -48,14 +49,17 @@ def write_atomically(path: Path, data: Union[str, bytes]) -> None:
         raise
 
 
-class DamagedStoreFile(ValueError):
-    """A file of the store that cannot be read back: its path and why, on one line."""
+# What to do about a damaged model or index file
+RESTORE_OR_MOVE_OUT = 'restore it from a copy, or move it out of the store (what it held is then no longer shown)'
 
-    def __init__(self, path: Path, why: str):
+
+class DamagedStoreFile(ValueError):
+    """A file of the store that cannot be read back: its path, why (`why`), and what to do, on one line."""
+
+    def __init__(self, path: Path, why: str, what_to_do: str = RESTORE_OR_MOVE_OUT):
         self.path = path
-        why = ' '.join(why.split())
-        super().__init__(f'the store file {str(path)!r} is damaged ({why}); restore it from a copy, or move it out '
-                         f'of the store (what it held is then no longer shown)')
+        self.why = ' '.join(why.split())
+        super().__init__(f'the store file {str(path)!r} is damaged ({self.why}); {what_to_do}')
 
 
 class AtomicFileDbDriver(FileDbDriver):
@@ -101,19 +105,34 @@ class AtomicFileIndexDbDriver(FileIndexDbDriver):
         return list(self._cache.values())
 
 
+def read_json_file(path: Path, what_to_do: str = RESTORE_OR_MOVE_OUT,
+                   parse: Callable[[str], Any] = json.loads) -> Any:
+    """
+    What the JSON file `path` of the store holds, or a `DamagedStoreFile` saying what is wrong with it and
+    `what_to_do` (a missing file is the `FileNotFoundError` of reading it).
+
+    Args:
+        path: the file.
+        what_to_do: the end of the error's message.
+        parse: JSON text to what the file holds (labml_db's serializer decodes its keys too).
+    """
+    try:
+        text = path.read_text(encoding='utf-8')
+    except UnicodeDecodeError as e:
+        raise DamagedStoreFile(path, f'not UTF-8 text: {e}', what_to_do) from e
+    try:
+        return parse(text)
+    except (ValueError, RecursionError) as e:
+        raise DamagedStoreFile(path, f'not JSON: {e}' if isinstance(e, json.JSONDecodeError) else
+                               f'not JSON: {type(e).__name__}: {e}', what_to_do) from e
+
+
 def read_index(path: Path) -> dict:
     """The index in the file `path` (`{}` when there is none), or a `DamagedStoreFile` saying what is wrong with it."""
     try:
-        text = path.read_text(encoding='utf-8')
+        data = read_json_file(path, parse=JsonSerializer().from_string)
     except FileNotFoundError:
         return {}
-    except UnicodeDecodeError as e:
-        raise DamagedStoreFile(path, f'not UTF-8 text: {e}') from e
-    try:
-        data = JsonSerializer().from_string(text)
-    except (ValueError, RecursionError) as e:
-        raise DamagedStoreFile(path, f'not JSON: {e}' if isinstance(e, json.JSONDecodeError) else
-                               f'not JSON: {type(e).__name__}: {e}') from e
     if not isinstance(data, dict):
         raise DamagedStoreFile(path, f'a JSON {type(data).__name__}, where an index is a JSON object')
     return data

@@ -53,6 +53,18 @@ def decode_series(encoded: str) -> List[float]:
     return np.frombuffer(base64.b64decode(encoded), dtype='<f4').tolist()
 
 
+def start_refused(data_dir: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """`python -m labml_txl.dashboard --port <free port> --data-dir <data_dir> <args>`, which must refuse to start:
+    its exit, with its output; a dashboard still running after `timeout` s fails the test."""
+    try:
+        return subprocess.run([sys.executable, '-m', 'labml_txl.dashboard', '--port', str(free_port()),
+                               '--data-dir', str(data_dir), *args],
+                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as e:
+        output = e.stdout.decode(errors='replace') if isinstance(e.stdout, bytes) else e.stdout
+        raise AssertionError(f'the dashboard started (still running after {timeout} s): {output}') from e
+
+
 class DashboardServer:
     """`python -m labml_txl.dashboard --port PORT --data-dir DIR` in a subprocess, following the runs of `project`
     (`--project`), or of none (`--no-follow`, the default here: tests of live reports see only their runs)."""

@@ -2,15 +2,13 @@
 the path or the query, a body of absurdly nested JSON, and a damaged file in its store: a 400 with a message, or an
 error naming the file, never a 500 with a Python trace."""
 import json
-import subprocess
-import sys
 
 import pytest
 
 pytest.importorskip('labml_app', reason="the dashboard extra is not installed: pip install -e '.[dashboard]'")
 
 from labml_txl.dashboard.request_checks import MAX_DEPTH, nesting_depth  # noqa: E402
-from .helpers import DashboardServer, api, error_message, free_port, http, send  # noqa: E402
+from .helpers import DashboardServer, api, error_message, http, send, start_refused  # noqa: E402
 
 
 @pytest.mark.parametrize('path, where', [
@@ -75,9 +73,7 @@ def test_a_half_written_index_file_refuses_to_start_naming_it(tmp_path):
     index = tmp_path / 'data' / 'indexes' / 'RunIndex.json'
     index.parent.mkdir(parents=True)
     index.write_text('{"6a2f0c": "Run:6a2f')
-    started = subprocess.run([sys.executable, '-m', 'labml_txl.dashboard', '--port', str(free_port()),
-                              '--data-dir', str(tmp_path / 'data'), '--no-follow'],
-                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    started = start_refused(tmp_path / 'data', '--no-follow')
     assert started.returncode == 2, started.stderr[-2000:]
     assert f"the store file {str(index)!r} is damaged (not JSON:" in started.stderr, started.stderr[-2000:]
     assert 'Traceback' not in started.stderr and len(started.stderr.strip().splitlines()) == 1, started.stderr

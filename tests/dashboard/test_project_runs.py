@@ -1,6 +1,7 @@
 """The dashboard follows a project's runs: a run trained with no dashboard up is on it once it starts, with the
 losses of its `log.jsonl`, its comment and its status; restarts import nothing twice; runs that grow are followed;
-damaged files are skipped with a message; runs reported live are left alone.
+damaged files are skipped with a message; runs reported live are left alone; a damaged record of the follower's
+stops the start, naming it.
 
 Each test follows its own copy of one tiny `train_xl` run (trained once, with no dashboard), on a fresh data dir.
 """
@@ -9,8 +10,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,7 +22,7 @@ pytest.importorskip('labml_app', reason="the dashboard extra is not installed: p
 from labml_txl.dashboard.project_runs import PROGRESS_FILE  # noqa: E402
 from labml_txl.runs import read_metrics  # noqa: E402
 from .helpers import (TINY_XL, DashboardServer, api, following, free_port, http, listed_runs,  # noqa: E402
-                      run_folders, run_training, series, train_xl, wait_for_scans, wait_until)
+                      run_folders, run_training, series, start_refused, train_xl, wait_for_scans, wait_until)
 from .test_dashboard_browser import chromium, render  # noqa: E402,F401 (the fixture, and the page's DOM)
 
 # The app keeps each value as float32 (one rounding of the float64 read from the file)
@@ -283,11 +282,35 @@ def test_a_run_deleted_on_the_dashboard_is_not_imported_again(xl_project, tmp_pa
 
 def test_a_project_that_does_not_exist_is_refused_naming_it(tmp_path):
     missing = tmp_path / 'no_such_project'
-    out = subprocess.run([sys.executable, '-m', 'labml_txl.dashboard', '--port', str(free_port()),
-                          '--data-dir', str(tmp_path / 'data'), '--project', str(missing)],
-                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    out = start_refused(tmp_path / 'data', '--project', str(missing))
     assert out.returncode == 2, out
     assert f"project: '{missing}' does not exist" in out.stderr, out.stderr
+
+
+def test_a_damaged_record_stops_the_start_naming_it_and_once_restored_the_run_is_followed_on(xl_project, tmp_path):
+    """`project_runs.json` cut short (a full disk): the dashboard started with no record, took the run it had
+    imported for one reported live and followed it no more. It refuses to start, naming the file, what is wrong and
+    what to do; restored from a copy, the run's new steps show."""
+    project = copy_of(xl_project, tmp_path)
+    folder, uuid, _ = run_of(project)
+    record = tmp_path / 'data' / PROGRESS_FILE
+    with follow(project, tmp_path / 'data') as server:
+        wait_listed(server, uuid)
+    copy = record.read_text()
+    record.write_text(copy[:len(copy) // 2])
+    refused = start_refused(tmp_path / 'data', '--project', str(project))
+    assert refused.returncode == 2, refused
+    (line,) = refused.stderr.strip().splitlines()
+    assert line.startswith(f"labml_txl.dashboard: error: the store file {str(record)!r} is damaged (not JSON: "), line
+    assert 'restore it from a copy of the data directory; or delete it' in line, line
+
+    record.write_text(copy)
+    with follow(project, tmp_path / 'data') as server:
+        with open(folder / 'log.jsonl', 'a') as f:
+            f.write(json.dumps({'track': {'loss.train': [[30, [0.5]]]}, 'time': time.time()}) + '\n')
+        wait_until('the new step on the chart', lambda: series(server.port, uuid)['loss.train']['step'][-1:] == [30])
+        assert following(server.port)['runs'] == {uuid: 'following'}
+        assert 'imported' not in server.log() and 'reported to the dashboard live' not in server.log()
 
 
 def test_start_in_background_follows_the_project_given(xl_project, tmp_path):
