@@ -64,14 +64,23 @@ def use_working_directory_project() -> None:
 
 
 def check_run_uuid(run_uuid: Any) -> str:
-    """`run_uuid` as a string, or a `ValueError` unless it is a non-empty UUID (not `None`, not `''`)."""
+    """`run_uuid` as a string, or a `ValueError` unless it is a non-empty UUID (not `None`, not `''`, not a path: a
+    path was once joined to the experiments folder as it was, so a run of another project was trained and its
+    `run.yaml` given the path for its UUID)."""
     if isinstance(run_uuid, int) and not isinstance(run_uuid, bool):
         run_uuid = str(run_uuid)
+    experiments = Path(lab.get_experiments_path())
     if not isinstance(run_uuid, str) or not run_uuid.strip():
-        experiments = Path(lab.get_experiments_path())
         raise ValueError(f"resume={run_uuid!r} is not accepted: give the UUID of the run to continue, "
                          f"as its folder under {experiments} is named{_known_runs(experiments)}")
-    return run_uuid.strip()
+    run_uuid = run_uuid.strip()
+    if '/' in run_uuid or '\\' in run_uuid or run_uuid in ('.', '..'):
+        folder = Path(run_uuid).expanduser().resolve()
+        raise ValueError(f"resume={run_uuid!r} is not accepted: it is a path, and a run is named by its UUID, the "
+                         f"name of its folder ({folder.name}), in the labml project of the working directory (runs "
+                         f"are looked for under {experiments}); for a run of another project, run the command in "
+                         f"that project's folder ({project_root(folder.parent)}) with resume={folder.name}")
+    return run_uuid
 
 
 def _known_runs(experiments: Path) -> str:

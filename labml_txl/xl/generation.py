@@ -96,8 +96,12 @@ def generate(model: MemTransformerLM, prompt: torch.Tensor, n_tokens: int, *, co
                          "segment by segment, of its tgt_len tokens, and this one has none: "
                          "model.reset_length(tgt_len, 0, mem_len) first")
     segment_len = model.tgt_len
+    try:
+        model.reset_length(segment_len if by_segments else 1, 0, context)
+    except ValueError as error:
+        raise ValueError(f"context={context} is not accepted for this model: while it samples, its memory holds the "
+                         f"last `context` positions (mem_len=context), and {error}") from error
     model.eval()
-    model.reset_length(segment_len if by_segments else 1, 0, context)
 
     def sample(log_probs: torch.Tensor) -> torch.Tensor:
         distribution = filter_distribution(log_probs[-1].float(), temperature, top_k, top_p)

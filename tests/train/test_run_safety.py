@@ -4,6 +4,7 @@ errors, one process at a time trains a run, and runs are found in the labml proj
 """
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -122,6 +123,21 @@ def test_resume_needs_the_uuid_of_a_run(finished_run, capsys, argument, message)
     assert train_xl.main([argument, 'max_step=8']) == 2
     assert re.search(message, capsys.readouterr().err), argument
     assert not [p for p in finished_run[0].parent.iterdir() if p.name != 'finished'], 'no new run was started'
+
+
+def test_a_run_of_another_project_given_by_its_path_is_refused_and_left_as_it_was(finished_run, tmp_path_factory,
+                                                                                   capsys):
+    """Its path was joined to this project's experiments folder as it was, which gave the path itself: the run of
+    the other project was trained, and its run.yaml given the path for its UUID."""
+    other = tmp_path_factory.mktemp('other_project')
+    (other / '.labml.yaml').write_text('check_repo_dirty: false\n')
+    theirs = other / 'logs' / 'train_xl' / 'theirs'
+    shutil.copytree(finished_run[0], theirs)
+    before = _files(theirs)
+    assert train_xl.main([f'resume={theirs}', 'max_step=8']) == 2
+    assert (f"error: resume='{theirs}' is not accepted: it is a path, and a run is named by its UUID, the name of "
+            f"its folder (theirs), in the labml project of the working directory" in capsys.readouterr().err)
+    assert _files(theirs) == before
 
 
 def test_resuming_a_run_that_does_not_exist_names_the_uuid(lab_dir):

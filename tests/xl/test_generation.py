@@ -101,3 +101,14 @@ def test_temperature_sharpens():
 def test_bad_sampling_settings(kwargs, message):
     with pytest.raises(ValueError, match=message):
         filter_distribution(torch.zeros(3), **kwargs)
+
+
+def test_a_context_the_compressed_memory_cannot_be_made_of_is_refused_naming_context():
+    """The user gives `context`, never `mem_len`: a refusal names what they gave, and the model is left as it was."""
+    model = small_model(cmem_len=4, compression_rate=3).train()
+    with pytest.raises(ValueError, match=r"^context=2 is not accepted for this model: while it samples, its memory "
+                                         r"holds the last `context` positions \(mem_len=context\), and cmem_len=4 is "
+                                         r"not accepted with mem_len=2 and compression_rate=3"):
+        generate(model, torch.zeros(3, 1, dtype=torch.long), 4, context=2)
+    assert (model.tgt_len, model.mem_len, model.training) == (8, 8, True)
+    assert generate(model, torch.zeros(3, 1, dtype=torch.long), 4, context=3).shape[0] == 4  # (the new tokens)
