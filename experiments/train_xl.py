@@ -26,6 +26,7 @@ from labml_txl.configs.settings import Settings
 from labml_txl.train.configs import TrainXLConfigs, check_training_configs, device_of_name
 from labml_txl.train.distributed import run_in_environment
 from labml_txl.train.extensions import import_extensions
+from labml_txl.train.checkpoint import RunFileSystemError
 from labml_txl.train.interruption import TrainingInterrupted
 from labml_txl.train.run_start import create_run, differing_overrides, next_commands, script_path, started_run
 from labml_txl.train.runs import (check_run_uuid, find_run, latest_checkpoint_of_run, load_overrides, lock_run,
@@ -103,15 +104,19 @@ def train(overrides: Dict[str, Any], resume: Optional[str] = None, name: str = '
             if resume is None:
                 held.enter_context(lock_run(main_path, run.uuid))
             save_overrides(main_path, overrides)
-        with started_run(global_step=trainer.step, keep_metrics=is_main):
-            try:
-                valid = trainer.run()
-                if after_training is not None:
-                    after_training(trainer)
-            except TrainingInterrupted as stopped:
-                stopped.resume_command = f'python {script_path(__file__)} resume={run.uuid}'
-                experiment_singleton().finish('interrupted', str(stopped))
-                raise
+        resume_command = f'python {script_path(__file__)} resume={run.uuid}'
+        try:
+            with started_run(global_step=trainer.step, keep_metrics=is_main):
+                try:
+                    valid = trainer.run()
+                    if after_training is not None:
+                        after_training(trainer)
+                except TrainingInterrupted as stopped:
+                    stopped.resume_command = resume_command
+                    experiment_singleton().finish('interrupted', str(stopped))
+                    raise
+        except OSError as error:  # (a full disk while log.jsonl is written: the file, and where to resume from)
+            raise RunFileSystemError(error, checkpoint_dir, resume_command) from error
     if valid is not None:
         measure = ', '.join(f'{k} {v:.3f}' for k, v in quality(valid, conf.corpus.level).items())
         logger.log(f'Validation after {trainer.step} steps: loss {valid:.4f}, {measure}')

@@ -108,15 +108,34 @@ def save_checkpoint(directory: Path, step: int, state: Dict[str, Any], keep: Opt
         _fsync_directory(directory)
     except OSError as error:
         shutil.rmtree(partial, ignore_errors=True)
-        intact = checkpoint_steps(directory)
-        left = f'the checkpoint of step {intact[-1]} is intact' if intact else 'no earlier checkpoint exists'
         full = ' (the disk is full: free space, then resume the run)' if error.errno == errno.ENOSPC else ''
         raise CheckpointError(f"could not write the checkpoint of step {step} in {directory}: {error}{full}; "
-                              f"{left}") from error
+                              f"{newest_intact(directory)}") from error
     if keep is not None:
         for old in checkpoint_steps(directory)[:-keep]:
             shutil.rmtree(directory / str(old))
     return target
+
+
+def newest_intact(directory: Path) -> str:
+    """Which checkpoint of `directory` a resume starts from, for a message: `the checkpoint of step 40 is intact
+    (DIR/40)`, or that there is none."""
+    intact = checkpoint_steps(directory)
+    return (f'the checkpoint of step {intact[-1]} is intact ({directory / str(intact[-1])})' if intact else
+            f'no checkpoint exists yet in {directory}')
+
+
+class RunFileSystemError(OSError):
+    """What the system refused a training (a full disk while its `log.jsonl` is written, say), naming the file,
+    the checkpoint a resume starts from and the command that resumes."""
+
+    def __init__(self, error: OSError, checkpoint_dir: Path, resume_command: str):
+        super().__init__(error.errno, f"{error.filename or 'a file of the run'}: {error.strerror or error}; "
+                                      f"{newest_intact(checkpoint_dir)}: once the cause is mended (for a full disk, "
+                                      f"space freed), resume with: {resume_command}")
+
+    def __str__(self):
+        return self.strerror
 
 
 def _set_aside_or_remove(folder: Path) -> None:

@@ -60,11 +60,15 @@ class MetricsFileWriter(Writer):
             return
         line = json.dumps({'track': self._pending, 'time': self._last_flush})
         self._pending = {}
-        with open(self.path, 'a+b') as f:
-            # (`a+` appends wherever the position is; it is moved only to read the last byte)
-            if f.seek(0, 2) > 0 and (f.seek(-1, 2), f.read(1))[1] != b'\n':
-                f.write(b'\n')
-            f.write(line.encode('utf-8') + b'\n')
+        try:
+            with open(self.path, 'a+b') as f:
+                # (`a+` appends wherever the position is; it is moved only to read the last byte)
+                if f.seek(0, 2) > 0 and (f.seek(-1, 2), f.read(1))[1] != b'\n':
+                    f.write(b'\n')
+                f.write(line.encode('utf-8') + b'\n')
+        except OSError as error:
+            # (a failed write of an open file names none: this one names it)
+            raise OSError(error.errno, error.strerror, str(self.path)) from error
 
     def finish(self):
         self.flush()

@@ -2,6 +2,7 @@
 A resume never damages its run: bad overrides are refused before anything is written, ids that are not runs are
 errors, one process at a time trains a run, and runs are found in the labml project of the working directory.
 """
+import errno
 import os
 import re
 import shutil
@@ -138,6 +139,28 @@ def test_a_run_of_another_project_given_by_its_path_is_refused_and_left_as_it_wa
     assert (f"error: resume='{theirs}' is not accepted: it is a path, and a run is named by its UUID, the name of "
             f"its folder (theirs), in the labml project of the working directory" in capsys.readouterr().err)
     assert _files(theirs) == before
+
+
+def test_a_full_disk_while_the_metrics_are_written_names_the_file_and_the_checkpoint_to_resume_from(
+        lab_dir, monkeypatch, capsys):
+    """The issue's case: `error: [Errno 28] No space left on device`, naming neither."""
+    from labml_txl.train import metrics_file
+
+    def full_disk(path, mode='r', *args, **kwargs):
+        if 'a' in mode:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as a write of an open file: no file named
+        return open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(metrics_file, 'open', full_disk, raising=False)
+    monkeypatch.setenv('RUN_UUID', 'full')
+    assert train_xl.main([f'{key}={value}' for key, value in SMALL.items()]) == 2
+    run_path = lab_dir / 'logs' / 'train_xl' / 'full'
+    assert (f"error: {run_path / 'log.jsonl'}: No space left on device; the checkpoint of step 4 is intact "
+            f"({run_path / 'checkpoints' / '4'}): once the cause is mended (for a full disk, space freed), resume "
+            f"with: python " in capsys.readouterr().err)
+    monkeypatch.undo()
+    resumed = train_xl.train({'max_step': 6}, resume='full', screen=False)
+    assert [step for step, _ in resumed.history] == [5, 6]
 
 
 def test_resuming_a_run_that_does_not_exist_names_the_uuid(lab_dir):
