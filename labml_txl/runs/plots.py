@@ -80,7 +80,8 @@ def require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError as error:
-        raise MatplotlibMissingError("plotting needs matplotlib: pip install matplotlib (or -e '.[experiments]')") from error
+        raise MatplotlibMissingError("plotting needs matplotlib: pip install matplotlib "
+                                     "(or -e '.[experiments]')") from error
 
 
 def image_formats() -> List[str]:

@@ -13,8 +13,8 @@ after one.
 
 A line torn by a process killed while it wrote (or a disk that filled) is ended before the next line is appended,
 so the torn line costs itself alone: appended to it, the next line would be torn too, and with it every line a
-resumed run writes after it. A resumed run appends the steps from its checkpoint on again: a reader (`labml_txl.runs.files.merge_metrics`)
-keeps, for every step, the value written last, and drops the stopped run's steps after the point it resumed from.
+resumed run writes after it. A resumed run appends the steps from its checkpoint on again: a reader
+(`labml_txl.runs.files.merge_metrics`) keeps, for every step, the value written last, and drops the stopped run's steps after the point it resumed from.
 """
 import json
 import time
