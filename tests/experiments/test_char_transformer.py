@@ -9,7 +9,7 @@ import char_transformer  # noqa: E402
 import pytest  # noqa: E402
 import yaml  # noqa: E402
 
-from labml_txl.runs.records import read_metrics  # noqa: E402
+from labml_txl.runs.files import read_metrics  # noqa: E402
 
 
 def test_short_training_beats_the_uniform_distribution(tmp_path, monkeypatch):
