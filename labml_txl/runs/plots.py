@@ -103,10 +103,10 @@ def plot_path(out: Optional[PathLike], default: Path) -> Path:
         return out / default.name
     if not out.suffix:
         return out.with_name(out.name + '.png')
-    if out.suffix[1:].lower() not in image_formats():
+    formats = image_formats()
+    if out.suffix[1:].lower() not in formats:
         raise PlotPathError(f"cannot write a plot to {str(out)!r}: {out.suffix} is no image format; give a name "
-                            f"ending in .png, or another of {', '.join('.' + f for f in image_formats())}, or a "
-                            f"folder")
+                            f"ending in .png, or another of {', '.join('.' + f for f in formats)}, or a folder")
     return out
 
 
